@@ -1,0 +1,96 @@
+"""
+### blobgc_sweep: delete blobs unused for longer than the grace (seed 000)
+
+Scheduled on the `blobgc_marked_blobs` Asset that `blobgc_mark` emits; it can also be triggered
+or backfilled by hand.
+
+1. **retry_owed_objects** first deletes any objects earlier runs still owe (S3 was down, a
+   worker died after the database commit, or DeleteObjects reported per-key `Errors`).
+2. **delete_unused_blobs** picks blobs with `unused` set since before the run's data-interval end
+   minus `grace_hours`. Each batch is one transaction: claim with `FOR UPDATE SKIP LOCKED`,
+   re-check every reference, delete the rows, and record their object keys in the deletion log
+   and the outbox. A blob found referenced is set back to used. `ON DELETE RESTRICT` is the last
+   guard: a failing batch is split and the referenced blob kept.
+3. **delete_owed_objects** deletes the objects with S3 DeleteObjects (up to 1000 keys a call) and
+   settles the outbox; failed keys stay owed for the next run.
+4. **report** records rows, objects and bytes in `blobgc.reclaim_daily`.
+
+`dry_run` reports the blobs, keys and bytes that would go (also in `blobgc.deletion_log`, with
+`dry_run = true`) and changes nothing. Each task is idempotent: clear any one and re-run it.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import Asset, dag, get_current_context, task
+
+from blobgc.airflow_adapters import (
+    DEFAULT_ARGS,
+    S3_POOL,
+    blob_bucket,
+    cutoff,
+    destructive_params,
+    extra_blob_references,
+    gc_task,
+    s3_client,
+)
+
+MARKED_BLOBS = "blobgc_marked_blobs"
+
+
+def drain_outbox() -> dict:
+    from blobgc.outbox import delete_owed_objects
+
+    context = get_current_context()
+    with gc_task(context) as (conn, run):
+        result = delete_owed_objects(conn, s3_client(), run, batch_size=context["params"]["batch_size"])
+    return vars(result)
+
+
+@dag(
+    dag_id="blobgc_sweep",
+    schedule=[Asset(MARKED_BLOBS)],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=destructive_params("grace_hours", 24, "Blobs unused for less than this many hours are kept."),
+    tags=["blobgc", "seed-000", "sweep", "destructive"],
+    doc_md=__doc__,
+)
+def blobgc_sweep():
+    @task(pool=S3_POOL)
+    def retry_owed_objects() -> dict:
+        return drain_outbox()
+
+    @task
+    def delete_unused_blobs() -> dict:
+        from blobgc.references import discover_references
+        from blobgc.sweep import sweep_unused_blobs
+
+        context = get_current_context()
+        params = context["params"]
+        with gc_task(context) as (conn, run):
+            refs = discover_references(conn, extra_sql=extra_blob_references())
+            result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(context, hours=params["grace_hours"]),
+                                        bucket=blob_bucket(), batch_size=params["batch_size"])
+        return vars(result)
+
+    @task(pool=S3_POOL)
+    def delete_owed_objects() -> dict:
+        return drain_outbox()
+
+    @task
+    def report(swept: dict, drained: dict) -> dict:
+        from blobgc.runs import finish_run
+
+        with gc_task(get_current_context()) as (conn, run):
+            return finish_run(conn, run, {"swept": swept, "objects": drained})
+
+    swept = delete_unused_blobs()
+    drained = delete_owed_objects()
+    retry_owed_objects() >> swept >> drained
+    report(swept, drained)
+
+
+blobgc_sweep()

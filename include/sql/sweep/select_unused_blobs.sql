@@ -1,0 +1,9 @@
+-- The next batch of blobs unused since before the cutoff, in (updated_at, id) order; {locking} claims them with FOR UPDATE SKIP LOCKED.
+SELECT id, size_bytes, updated_at
+FROM app.blob
+WHERE unused
+  AND updated_at < %(cutoff)s
+  AND (updated_at, id) > (%(after_ts)s, %(after_id)s)
+ORDER BY updated_at, id
+LIMIT %(batch_size)s
+{locking}

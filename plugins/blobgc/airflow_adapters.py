@@ -1,0 +1,138 @@
+"""The thin layer between Airflow and the blobgc core: clients from connections, runs from the task context.
+
+Only this module imports Airflow. Nothing here runs at DAG-parse time; DAG files call these
+functions inside their tasks.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+from blobgc.clients import S3_CONFIG, pg_connect
+from blobgc.runs import RunRef
+
+PG_CONN_ID = "blobgc_postgres"
+S3_CONN_ID = "blobgc_s3"
+REDIS_CONN_ID = "blobgc_redis"
+S3_POOL = "blobgc_s3"
+
+
+def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
+    from airflow.sdk import Connection
+
+    c = Connection.get(conn_id)
+    extra = {k: v for k, v in c.extra_dejson.items() if k in {"sslmode", "sslrootcert", "application_name",
+                                                               "options", "target_session_attrs"}}
+    return make_conninfo(
+        host=c.host or "localhost", port=c.port or 5432, user=c.login or None, password=c.password or None,
+        dbname=c.schema or None, application_name=extra.pop("application_name", "blobgc"), **extra,
+    )
+
+
+@contextmanager
+def pg_connection(conn_id: str = PG_CONN_ID):
+    """A psycopg 3 connection (autocommit; work opens its own transactions) from an Airflow connection."""
+    conn: psycopg.Connection = pg_connect(pg_conninfo(conn_id))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def s3_client(conn_id: str = S3_CONN_ID):
+    """A boto3 S3 client from the `aws` connection; `endpoint_url` in its extra points at any S3-compatible store."""
+    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+    return S3Hook(aws_conn_id=conn_id, config=S3_CONFIG).get_conn()
+
+
+def redis_client(conn_id: str = REDIS_CONN_ID):
+    from airflow.providers.redis.hooks.redis import RedisHook
+
+    return RedisHook(redis_conn_id=conn_id).get_conn()
+
+
+def variable(key: str, default: Any, *, json_value: bool = False) -> Any:
+    from airflow.sdk import Variable
+
+    raw = Variable.get(key, default=None)
+    if raw is None:
+        return default
+    if json_value and isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"Variable {key} is not valid JSON: {error}") from error
+    return raw
+
+
+def blob_bucket() -> str:
+    return variable("blobgc_bucket", "blobgc")
+
+
+def extra_blob_references() -> list[str]:
+    """Declared non-foreign-key references: Variable `blobgc_extra_blob_references`, a JSON list of SELECTs."""
+    value = variable("blobgc_extra_blob_references", [], json_value=True)
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise ValueError("Variable blobgc_extra_blob_references must be a JSON list of SQL SELECT strings")
+    return value
+
+
+def reference_time(context: dict[str, Any]) -> datetime:
+    """The instant a run's cutoffs are measured from: its data-interval end, else when it was due to run.
+
+    Retries of a task see the same value, so a retry never widens what a run may delete.
+    """
+    end = context.get("data_interval_end")
+    if end is None:
+        end = context["dag_run"].run_after
+    return end
+
+
+def cutoff(context: dict[str, Any], **grace: float) -> datetime:
+    return reference_time(context) - timedelta(**grace)
+
+
+def run_ref(context: dict[str, Any]) -> RunRef:
+    params = context["params"]
+    return RunRef(dag_id=context["dag"].dag_id, run_id=context["run_id"], dry_run=bool(params.get("dry_run", False)))
+
+
+# ---------------------------------------------------------------- DAG wiring shared by every blobgc DAG
+DEFAULT_ARGS: dict[str, Any] = {
+    "owner": "blobgc",
+    "retries": 3,
+    "retry_delay": timedelta(seconds=30),
+    "retry_exponential_backoff": 2.0,  # 30 s, 60 s, 120 s ...
+    "max_retry_delay": timedelta(minutes=15),
+    "execution_timeout": timedelta(hours=2),
+}
+
+
+def destructive_params(grace_name: str, grace_default: int, grace_description: str, **extra: Any) -> dict[str, Any]:
+    """The Params every deleting DAG takes (CONTRACT §4): dry_run, batch_size and its own grace."""
+    from airflow.sdk import Param
+
+    return {
+        "dry_run": Param(False, type="boolean", description="Report what would be deleted and delete nothing."),
+        "batch_size": Param(1000, type="integer", minimum=1, maximum=1000,
+                            description="Rows per transaction and keys per S3 DeleteObjects call (at most 1000)."),
+        grace_name: Param(grace_default, type="integer", minimum=0, description=grace_description),
+        **extra,
+    }
+
+
+@contextmanager
+def gc_task(context: dict[str, Any]):
+    """Open the application database for one task of a collecting DAG, with its run recorded."""
+    from blobgc.runs import ensure_run
+
+    run = run_ref(context)
+    with pg_connection() as conn:
+        ensure_run(conn, run, reference_time(context))
+        yield conn, run

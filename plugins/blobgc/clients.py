@@ -1,0 +1,60 @@
+"""Clients for PostgreSQL, S3 and Redis built from plain settings or from `.blobgc/env` variables.
+
+`blobgc.airflow_adapters` builds the same clients from Airflow connections; tests and benchmarks
+use the `*_from_env` functions here.
+"""
+from __future__ import annotations
+
+import os
+
+import boto3
+import psycopg
+import redis
+from botocore.config import Config
+
+# Transport-level retries belong to botocore; DeleteObjects' per-key Errors[] are ours (blobgc.objects).
+S3_CONFIG = Config(
+    retries={"max_attempts": 4, "mode": "standard"},
+    connect_timeout=5,
+    read_timeout=60,
+    max_pool_connections=32,
+)
+
+
+def require_env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise RuntimeError(f"{name} is not set: run `make up` and `source .blobgc/env`")
+    return value
+
+
+def pg_connect(conninfo: str, **kwargs) -> psycopg.Connection:
+    """A psycopg 3 connection in autocommit mode: every unit of work opens `conn.transaction()` itself.
+
+    Statements are not auto-prepared, so each key range gets a plan for its own bounds.
+    """
+    kwargs.setdefault("autocommit", True)
+    conn = psycopg.connect(conninfo, connect_timeout=10, **kwargs)
+    conn.prepare_threshold = None
+    return conn
+
+
+def pg_connect_from_env(**kwargs) -> psycopg.Connection:
+    return pg_connect(require_env("BLOBGC_PG_DSN"), **kwargs)
+
+
+def s3_client(endpoint_url: str | None = None, **kwargs):
+    return boto3.client("s3", endpoint_url=endpoint_url, config=S3_CONFIG, **kwargs)
+
+
+def s3_client_from_env():
+    return s3_client(
+        require_env("BLOBGC_S3_ENDPOINT"),
+        aws_access_key_id=require_env("AWS_ACCESS_KEY_ID"),
+        aws_secret_access_key=require_env("AWS_SECRET_ACCESS_KEY"),
+        region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+    )
+
+
+def redis_from_env() -> redis.Redis:
+    return redis.Redis.from_url(require_env("BLOBGC_REDIS_URL"), socket_timeout=10)

