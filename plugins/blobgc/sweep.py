@@ -23,6 +23,8 @@ from blobgc.sizes import human_bytes
 log = logging.getLogger(__name__)
 
 SOURCE = "app.blob"
+# ON DELETE RESTRICT raises restrict_violation (23001); NO ACTION raises foreign_key_violation (23503).
+REFERENCE_VIOLATIONS = (psycopg.errors.RestrictViolation, psycopg.errors.ForeignKeyViolation)
 SAMPLE_KEYS = 20
 
 
@@ -51,7 +53,7 @@ def delete_unreferenced(conn: psycopg.Connection, ids: list[str]) -> tuple[list[
     try:
         with conn.transaction():
             return conn.execute(queries.load("sweep/delete_blobs"), {"ids": ids}).fetchall(), []
-    except psycopg.errors.ForeignKeyViolation:
+    except REFERENCE_VIOLATIONS:
         if len(ids) == 1:
             return [], ids
     mid = len(ids) // 2

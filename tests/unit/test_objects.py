@@ -1,0 +1,127 @@
+"""delete_objects_in_batches: 1000-key calls, per-key Errors[], retries on SlowDown and 5xx."""
+from __future__ import annotations
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from blobgc.objects import delete_objects_in_batches
+
+
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="unit-bucket")
+        yield client
+
+
+class CountingClient:
+    """Wraps a real client, counting DeleteObjects calls and injecting per-key errors on chosen attempts."""
+
+    def __init__(self, inner, errors_by_call: dict[int, dict[str, str]] | None = None, raise_on: dict | None = None):
+        self.inner = inner
+        self.calls: list[int] = []
+        self.errors_by_call = errors_by_call or {}
+        self.raise_on = raise_on or {}
+
+    def delete_objects(self, Bucket, Delete):
+        n = len(self.calls)
+        self.calls.append(len(Delete["Objects"]))
+        if n in self.raise_on:
+            raise self.raise_on[n]
+        failing = self.errors_by_call.get(n, {})
+        keep = [o for o in Delete["Objects"] if o["Key"] not in failing]
+        response = self.inner.delete_objects(Bucket=Bucket, Delete={"Objects": keep, "Quiet": True}) if keep else {}
+        errors = list(response.get("Errors", []))
+        errors += [{"Key": k, "Code": code, "Message": "injected"} for k, code in failing.items()
+                   if any(o["Key"] == k for o in Delete["Objects"])]
+        return {"Errors": errors} if errors else {}
+
+
+def put(s3, n: int) -> list[str]:
+    keys = [f"k/{i:05d}" for i in range(n)]
+    for k in keys:
+        s3.put_object(Bucket="unit-bucket", Key=k, Body=b"x")
+    return keys
+
+
+def remaining(s3) -> set[str]:
+    paginator = s3.get_paginator("list_objects_v2")
+    return {o["Key"] for page in paginator.paginate(Bucket="unit-bucket") for o in page.get("Contents", [])}
+
+
+def test_1001_keys_take_two_calls_of_at_most_1000(s3):
+    keys = put(s3, 1001)
+    client = CountingClient(s3)
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys)
+    assert client.calls == [1000, 1]
+    assert sorted(outcome.deleted) == keys and outcome.failed == {}
+    assert remaining(s3) == set()
+
+
+def test_batch_size_above_1000_is_refused(s3):
+    with pytest.raises(ValueError, match="1000"):
+        delete_objects_in_batches(s3, "unit-bucket", ["a"], batch_size=1001)
+
+
+def test_access_denied_key_is_reported_failed_and_kept(s3):
+    keys = put(s3, 5)
+    client = CountingClient(s3, errors_by_call={0: {"k/00002": "AccessDenied"}})
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys, sleep=lambda _: None)
+    assert outcome.failed == {"k/00002": "AccessDenied: injected"}
+    assert "k/00002" not in outcome.deleted and len(outcome.deleted) == 4
+    assert remaining(s3) == {"k/00002"}
+    assert client.calls == [5]  # AccessDenied is not retried
+
+
+def test_slowdown_keys_are_retried_with_backoff(s3):
+    keys = put(s3, 3)
+    delays: list[float] = []
+    client = CountingClient(s3, errors_by_call={0: {"k/00001": "SlowDown"}, 1: {"k/00001": "InternalError"}})
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys, sleep=delays.append, base_delay=0.1)
+    assert outcome.failed == {}
+    assert sorted(outcome.deleted) == keys
+    assert client.calls == [3, 1, 1]  # only the failing key is resent
+    assert len(delays) == 2
+    assert remaining(s3) == set()
+
+
+def test_slowdown_until_attempts_run_out_stays_failed(s3):
+    keys = put(s3, 2)
+    client = CountingClient(s3, errors_by_call={i: {"k/00000": "SlowDown"} for i in range(10)})
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys, max_attempts=3, sleep=lambda _: None)
+    assert list(outcome.failed) == ["k/00000"] and outcome.failed["k/00000"].startswith("SlowDown")
+    assert outcome.deleted == ["k/00001"]
+    assert remaining(s3) == {"k/00000"}
+
+
+def test_missing_keys_count_as_deleted(s3):
+    outcome = delete_objects_in_batches(s3, "unit-bucket", ["never/was"])
+    assert outcome.deleted == ["never/was"] and outcome.failed == {}
+
+
+def test_503_on_the_call_is_retried(s3):
+    keys = put(s3, 2)
+    err = ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "busy"},
+                       "ResponseMetadata": {"HTTPStatusCode": 503}}, "DeleteObjects")
+    client = CountingClient(s3, raise_on={0: err})
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys, sleep=lambda _: None)
+    assert sorted(outcome.deleted) == keys
+    assert client.calls == [2, 2]
+
+
+def test_non_retryable_call_error_propagates(s3):
+    err = ClientError({"Error": {"Code": "NoSuchBucket", "Message": "gone"},
+                       "ResponseMetadata": {"HTTPStatusCode": 404}}, "DeleteObjects")
+    client = CountingClient(s3, raise_on={0: err})
+    with pytest.raises(ClientError):
+        delete_objects_in_batches(client, "unit-bucket", ["a"], sleep=lambda _: None)
+
+
+def test_duplicate_keys_are_sent_once(s3):
+    put(s3, 1)
+    client = CountingClient(s3)
+    outcome = delete_objects_in_batches(client, "unit-bucket", ["k/00000", "k/00000"])
+    assert client.calls == [1] and outcome.deleted == ["k/00000"]
