@@ -6,8 +6,9 @@ or backfilled by hand.
 
 1. **retry_owed_objects** first deletes any objects earlier runs still owe (S3 was down, a
    worker died after the database commit, or DeleteObjects reported per-key `Errors`).
-2. **delete_unused_blobs** picks blobs with `unused` set since before the run's data-interval end
-   minus `grace_hours`. Each batch is one transaction: claim with `FOR UPDATE SKIP LOCKED`,
+2. **delete_unused_blobs** (mapped: one task per hash shard, `sweep_workers` of them in parallel)
+   picks blobs with `unused` set since before the run's data-interval end minus `grace_hours`.
+   Each batch is one transaction: claim with `FOR UPDATE SKIP LOCKED`,
    re-check every reference, delete the rows, and record their object keys in the deletion log
    and the outbox. A blob found referenced is set back to used. `ON DELETE RESTRICT` is the last
    guard: a failing batch is split and the referenced blob kept.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import Asset, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from blobgc.airflow_adapters import (
     DEFAULT_ARGS,
@@ -54,7 +55,11 @@ def drain_outbox() -> dict:
     catchup=False,
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
-    params=destructive_params("grace_hours", 24, "Blobs unused for less than this many hours are kept."),
+    params=destructive_params(
+        "grace_hours", 24, "Blobs unused for less than this many hours are kept.",
+        sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
+                            description="Parallel delete_unused_blobs tasks, each over its own hash shard of blob ids."),
+    ),
     tags=["blobgc", "seed-000", "sweep", "destructive"],
     doc_md=__doc__,
 )
@@ -64,7 +69,11 @@ def blobgc_sweep():
         return drain_outbox()
 
     @task
-    def delete_unused_blobs() -> dict:
+    def plan_shards() -> list[int]:
+        return list(range(get_current_context()["params"]["sweep_workers"]))
+
+    @task(map_index_template="shard {{ task.op_kwargs['shard'] }}")
+    def delete_unused_blobs(shard: int) -> dict:
         from blobgc.references import discover_references
         from blobgc.sweep import sweep_unused_blobs
 
@@ -73,21 +82,24 @@ def blobgc_sweep():
         with gc_task(context) as (conn, run):
             refs = discover_references(conn, extra_sql=extra_blob_references())
             result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(context, hours=params["grace_hours"]),
-                                        bucket=blob_bucket(), batch_size=params["batch_size"])
-        return vars(result)
+                                        bucket=blob_bucket(), batch_size=params["batch_size"],
+                                        shard=shard, shards=params["sweep_workers"])
+        return {k: v for k, v in vars(result).items() if k != "sample_keys"}
 
     @task(pool=S3_POOL)
     def delete_owed_objects() -> dict:
         return drain_outbox()
 
     @task
-    def report(swept: dict, drained: dict) -> dict:
+    def report(swept: list[dict], drained: dict) -> dict:
         from blobgc.runs import finish_run
 
+        totals = {key: sum(part[key] for part in swept) for key in ("rows_deleted", "objects_owed", "bytes_owed",
+                                                                     "kept_referenced", "batches")}
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"swept": swept, "objects": drained})
+            return finish_run(conn, run, {"swept": totals, "objects": drained})
 
-    swept = delete_unused_blobs()
+    swept = delete_unused_blobs.expand(shard=plan_shards())
     drained = delete_owed_objects()
     retry_owed_objects() >> swept >> drained
     report(swept, drained)

@@ -13,11 +13,15 @@ import redis
 from botocore.config import Config
 
 # Transport-level retries belong to botocore; DeleteObjects' per-key Errors[] are ours (blobgc.objects).
+# Checksums only where the API requires them (DeleteObjects still gets one): botocore's default of a
+# CRC32 on every request costs S3-compatible servers dearly (measured 3x slower DeleteObjects on moto).
 S3_CONFIG = Config(
     retries={"max_attempts": 4, "mode": "standard"},
     connect_timeout=5,
     read_timeout=60,
     max_pool_connections=32,
+    request_checksum_calculation="when_required",
+    response_checksum_validation="when_required",
 )
 
 

@@ -5,6 +5,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
@@ -58,11 +59,12 @@ def delete_objects_in_batches(
     keys: Iterable[str],
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
+    concurrency: int = 1,
     max_attempts: int = 5,
     base_delay: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
 ) -> DeleteOutcome:
-    """Delete `keys` with one DeleteObjects call per up to 1000 keys.
+    """Delete `keys` with one DeleteObjects call per up to 1000 keys, `concurrency` calls at a time.
 
     DeleteObjects answers 200 even when keys fail: every entry of `Errors[]` is examined. Keys that
     failed with a retryable code (SlowDown, 5xx) are sent again with exponential backoff; keys that
@@ -71,45 +73,66 @@ def delete_objects_in_batches(
     """
     if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
         raise ValueError(f"batch_size must be between 1 and {MAX_KEYS_PER_CALL}, got {batch_size}")
+    chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
+
+    def one(chunk: list[str]) -> DeleteOutcome:
+        return delete_chunk(client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep)
+
+    if concurrency > 1 and len(chunks) > 1:
+        with ThreadPoolExecutor(min(concurrency, len(chunks))) as pool:
+            parts = list(pool.map(one, chunks))
+    else:
+        parts = [one(chunk) for chunk in chunks]
     outcome = DeleteOutcome()
-    for chunk in chunked(keys, batch_size):
-        pending = list(dict.fromkeys(chunk))  # DeleteObjects rejects duplicate keys in one request
-        last_error: dict[str, str] = {}
-        for attempt in range(max_attempts):
-            try:
-                outcome.calls += 1
-                response = client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True}
-                )
-            except ClientError as error:
-                if not is_retryable(error) or attempt == max_attempts - 1:
-                    raise
-                delay = backoff_delay(attempt, base_delay)
-                log.warning("DeleteObjects on %s failed (%s); retrying %d keys in %.2fs",
-                            bucket, error.response.get("Error", {}).get("Code"), len(pending), delay)
-                sleep(delay)
-                continue
-            retry: list[str] = []
-            not_deleted: set[str] = set()
-            for err in response.get("Errors", []):
-                key, code = err.get("Key", ""), err.get("Code", "")
-                if code in ALREADY_GONE_CODES:
-                    continue
-                not_deleted.add(key)
-                last_error[key] = f"{code}: {err.get('Message', '')}".strip()
-                if code in RETRYABLE_CODES:
-                    retry.append(key)
-                else:
-                    outcome.failed[key] = last_error[key]
-            outcome.deleted.extend(k for k in pending if k not in not_deleted)
-            pending = retry
-            if not pending:
-                break
-            if attempt < max_attempts - 1:
-                sleep(backoff_delay(attempt, base_delay))
-        for key in pending:
-            outcome.failed[key] = last_error.get(key, "retries exhausted")
+    for part in parts:
+        outcome.deleted.extend(part.deleted)
+        outcome.failed.update(part.failed)
+        outcome.calls += part.calls
     if outcome.failed:
         log.warning("%d of %d keys in %s were not deleted; they stay owed",
                     len(outcome.failed), len(outcome.failed) + len(outcome.deleted), bucket)
+    return outcome
+
+
+def delete_chunk(
+    client, bucket: str, chunk: list[str], *, max_attempts: int, base_delay: float, sleep: Callable[[float], None]
+) -> DeleteOutcome:
+    """One DeleteObjects call for up to 1000 keys, resending the keys that failed with a retryable code."""
+    outcome = DeleteOutcome()
+    pending = chunk
+    last_error: dict[str, str] = {}
+    for attempt in range(max_attempts):
+        try:
+            outcome.calls += 1
+            response = client.delete_objects(
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True}
+            )
+        except ClientError as error:
+            if not is_retryable(error) or attempt == max_attempts - 1:
+                raise
+            delay = backoff_delay(attempt, base_delay)
+            log.warning("DeleteObjects on %s failed (%s); retrying %d keys in %.2fs",
+                        bucket, error.response.get("Error", {}).get("Code"), len(pending), delay)
+            sleep(delay)
+            continue
+        retry: list[str] = []
+        not_deleted: set[str] = set()
+        for err in response.get("Errors", []):
+            key, code = err.get("Key", ""), err.get("Code", "")
+            if code in ALREADY_GONE_CODES:
+                continue
+            not_deleted.add(key)
+            last_error[key] = f"{code}: {err.get('Message', '')}".strip()
+            if code in RETRYABLE_CODES:
+                retry.append(key)
+            else:
+                outcome.failed[key] = last_error[key]
+        outcome.deleted.extend(k for k in pending if k not in not_deleted)
+        pending = retry
+        if not pending:
+            break
+        if attempt < max_attempts - 1:
+            sleep(backoff_delay(attempt, base_delay))
+    for key in pending:
+        outcome.failed[key] = last_error.get(key, "retries exhausted")
     return outcome

@@ -5,6 +5,7 @@ deletes them. Keys S3 refuses stay owed with their error. Nothing is forgotten.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -58,62 +59,84 @@ def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
+def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> list[tuple]:
+    """Lock the next owed log rows of `dag_id` after `after`, about `max_keys` keys in all (at least one row)."""
+    candidates = conn.execute(queries.load("outbox/select_owed_batches"), {"dag_id": dag_id, "after": after}).fetchall()
+    picked: list[int] = []
+    total = 0
+    for log_id, n_keys in candidates:
+        if picked and total + n_keys > max_keys:
+            break
+        picked.append(log_id)
+        total += n_keys
+    if not picked:
+        return []
+    return conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}).fetchall()
+
+
 def delete_owed_objects(
     conn: psycopg.Connection,
     s3,
     run: RunRef,
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
+    concurrency: int = 4,
 ) -> DrainResult:
-    """Delete every object `run.dag_id` owes, one claimed batch per transaction.
+    """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 
-    Each owed key is tried once per call; keys that fail stay owed for the next call. An S3 outage
-    raises with the current batch rolled back (still owed), so a retry of the task completes it.
-    On a dry run nothing is deleted and the result reports what is owed.
+    One transaction claims about `concurrency * batch_size` keys and settles them.
+
+    Each owed key is tried once per call; keys S3 refuses stay owed (with their errors) for the
+    next call. An S3 outage raises with the current batch rolled back (still owed), so a retry of
+    the task completes it. On a dry run nothing is deleted and the result reports what is owed.
     """
     result = DrainResult()
-    if run.dry_run:
-        result.owed_after = owed_summary(conn, run.dag_id)[0]
-        return result
-    after = 0
-    while True:
-        with conn.transaction():
-            rows = conn.execute(
-                queries.load("outbox/claim_owed_deletions"),
-                {"dag_id": run.dag_id, "after": after, "batch_size": batch_size},
-            ).fetchall()
-            if not rows:
-                break
-            after = rows[-1][0]
-            by_bucket: dict[str, list[tuple[int, str, int | None]]] = defaultdict(list)
-            for log_id, bucket, key, size in rows:
-                by_bucket[bucket].append((log_id, key, size))
-            done_ids: list[int] = []
-            failed_ids: list[int] = []
-            failed_errors: list[str] = []
-            done_bytes = 0
-            for bucket, entries in by_bucket.items():
-                outcome = delete_objects_in_batches(s3, bucket, [key for _, key, _ in entries])
-                for log_id, key, size in entries:
-                    if key in outcome.failed:
-                        failed_ids.append(log_id)
-                        failed_errors.append(outcome.failed[key])
-                    else:
-                        done_ids.append(log_id)
-                        done_bytes += size or 0
-            if done_ids:
-                conn.execute(queries.load("outbox/complete_owed_deletions"),
-                             {"log_ids": done_ids, "run_id": run.run_id})
-                add_counts(conn, run, objects=len(done_ids), bytes_=done_bytes)
-            if failed_ids:
-                conn.execute(queries.load("outbox/record_failed_deletions"),
-                             {"log_ids": failed_ids, "errors": failed_errors})
-        result.objects_deleted += len(done_ids)
-        result.bytes_reclaimed += done_bytes
-        result.failed += len(failed_ids)
-        log.info("deleted %d objects (%s) from the outbox of %s; %d failed and stay owed",
-                 len(done_ids), human_bytes(done_bytes), run.dag_id, len(failed_ids))
-        if len(rows) < batch_size:
-            break
+    if not run.dry_run:
+        after = 0
+        while True:
+            with conn.transaction():
+                rows = claim_owed_batches(conn, run.dag_id, after, batch_size * concurrency)
+                if not rows:
+                    break
+                after = rows[-1][0]
+                done, done_bytes, failed = settle_batches(conn, s3, run, rows, batch_size, concurrency)
+                add_counts(conn, run, objects=done, bytes_=done_bytes)
+            result.objects_deleted += done
+            result.bytes_reclaimed += done_bytes
+            result.failed += failed
+            log.info("deleted %d objects (%s) owed by %s; %d failed and stay owed",
+                     done, human_bytes(done_bytes), run.dag_id, failed)
     result.owed_after = owed_summary(conn, run.dag_id)[0]
     return result
+
+
+def settle_batches(
+    conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int
+) -> tuple[int, int, int]:
+    """Delete the claimed rows' keys (DeleteObjects per bucket) and settle each row; return (done, bytes, failed)."""
+    by_bucket: dict[str, list[str]] = defaultdict(list)
+    for _log_id, bucket, keys, _sizes in rows:
+        by_bucket[bucket].extend(keys)
+    failures: dict[tuple[str, str], str] = {}
+    for bucket, keys in by_bucket.items():
+        outcome = delete_objects_in_batches(s3, bucket, keys, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+                                            concurrency=concurrency)
+        failures.update({(bucket, key): error for key, error in outcome.failed.items()})
+    done = done_bytes = failed = 0
+    for log_id, bucket, keys, sizes in rows:
+        ok = [(k, sz) for k, sz in zip(keys, sizes) if (bucket, k) not in failures]
+        bad = [(k, sz) for k, sz in zip(keys, sizes) if (bucket, k) in failures]
+        if not bad:
+            conn.execute(queries.load("outbox/complete_owed_deletions"),
+                         {"log_id": log_id, "run_id": run.run_id, "keys": keys})
+        else:
+            conn.execute(queries.load("outbox/record_failed_deletions"), {
+                "log_id": log_id, "run_id": run.run_id,
+                "failed_keys": [k for k, _ in bad], "failed_sizes": [sz for _, sz in bad],
+                "done_keys": [k for k, _ in ok],
+                "errors": json.dumps({k: failures[(bucket, k)] for k, _ in bad}),
+            })
+        done += len(ok)
+        done_bytes += sum(sz or 0 for _, sz in ok)
+        failed += len(bad)
+    return done, done_bytes, failed

@@ -70,8 +70,16 @@ def sweep_unused_blobs(
     cutoff: datetime,
     bucket: str,
     batch_size: int = 1000,
+    shard: int = 0,
+    shards: int = 1,
 ) -> SweepResult:
-    """Delete blobs unused since before `cutoff`, in batches of `batch_size`, owing their objects."""
+    """Delete blobs unused since before `cutoff`, in batches of `batch_size`, owing their objects.
+
+    With `shards` > 1 this handles only the blobs whose id hashes to `shard`, so several workers
+    (mapped tasks) sweep disjoint parts in parallel; a dry run's report is then disjoint too.
+    """
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard must be in [0, {shards}), got {shard}")
     locking = sql.SQL("") if run.dry_run else sql.SQL("FOR UPDATE SKIP LOCKED")
     select_batch = sql.SQL(queries.load("sweep/select_unused_blobs")).format(locking=locking)
     select_referenced = sql.SQL(queries.load("sweep/select_referenced_blobs")).format(
@@ -84,7 +92,8 @@ def sweep_unused_blobs(
         with conn.transaction():
             batch = conn.execute(
                 select_batch,
-                {"cutoff": cutoff, "after_ts": after_ts, "after_id": after_id, "batch_size": batch_size},
+                {"cutoff": cutoff, "after_ts": after_ts, "after_id": after_id, "batch_size": batch_size,
+                 "shard": shard, "shards": shards},
             ).fetchall()
             if not batch:
                 break

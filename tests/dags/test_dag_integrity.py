@@ -11,7 +11,7 @@ DAGS = ROOT / "dags"
 
 EXPECTED_TASKS = {
     "blobgc_mark": {"remove_stale_page_usages", "mark_blobs", "publish_marks"},
-    "blobgc_sweep": {"retry_owed_objects", "delete_unused_blobs", "delete_owed_objects", "report"},
+    "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
 }
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24)}
 

@@ -36,7 +36,12 @@ def existing(conn) -> set[str]:
 
 
 def owed(conn) -> list[tuple[str, int, str | None]]:
-    return conn.execute("SELECT key, attempts, last_error FROM blobgc.outbox ORDER BY key").fetchall()
+    """(key, attempts, last error) of every owed object deletion."""
+    return conn.execute(
+        "SELECT k.key, o.attempts, o.last_errors ->> k.key FROM blobgc.outbox o "
+        "JOIN blobgc.deletion_log l ON l.id = o.log_id "
+        "CROSS JOIN LATERAL unnest(coalesce(o.keys, l.keys)) AS k(key) ORDER BY 1"
+    ).fetchall()
 
 
 def attach(conn, post_id: str, blob_id: str) -> None:
@@ -177,8 +182,8 @@ def test_crash_between_db_commit_and_s3_leaves_deletions_owed_for_the_next_run(c
     assert object_keys(s3, bucket) == set()
     report = finish_run(conn, next_run)
     assert report["objects_deleted"] == 6 and report["bytes_reclaimed"] == 300
-    deleted_by = {r[0] for r in conn.execute("SELECT deleted_by_run_id FROM blobgc.deletion_log")}
-    assert deleted_by == {"next"}
+    audit = conn.execute("SELECT DISTINCT run_id, deleted_by_run_id, owed FROM blobgc.deleted_object").fetchall()
+    assert audit == [("crashing", "next", False)]
 
 
 class RefusingClient:
@@ -222,8 +227,8 @@ def test_dry_run_deletes_nothing_and_reports_what_would_go(conn, s3, bucket):
     assert existing(conn) == set(ids)
     assert len(object_keys(s3, bucket)) == 8
     assert owed(conn) == []
-    logged = conn.execute("SELECT count(*), bool_and(dry_run) FROM blobgc.deletion_log").fetchone()
-    assert logged == (6, True)
+    logged = conn.execute("SELECT count(*), bool_and(dry_run), bool_or(owed) FROM blobgc.deleted_object").fetchone()
+    assert logged == (6, True, False)
     assert (report["rows_deleted"], report["objects_deleted"], report["bytes_reclaimed"]) == (3, 6, 750)
     daily = conn.execute("SELECT runs, objects_deleted FROM blobgc.reclaim_daily "
                          "WHERE dag_id = 'blobgc_sweep' AND dry_run").fetchone()
@@ -279,5 +284,18 @@ def test_two_sweeps_at_once_delete_each_blob_once(conn, test_dsn, s3, bucket):
     for t in threads:
         t.join()
     assert sum(results.values()) == 300
-    logged = conn.execute("SELECT count(*), count(DISTINCT key) FROM blobgc.deletion_log").fetchone()
+    logged = conn.execute("SELECT count(*), count(DISTINCT key) FROM blobgc.deleted_object").fetchone()
     assert logged == (600, 600)
+
+
+def test_hash_shards_split_the_work_without_overlap(conn, s3, bucket):
+    ids = make_blobs(conn, s3, bucket, 200, thumbnails=False)
+    set_unused_since(conn, ids, "3 days")
+    refs = discover_references(conn)
+    dry = [sweep_unused_blobs(conn, new_run(conn, f"dry-{k}", dry_run=True), refs, cutoff=CUTOFF, bucket=bucket,
+                              shard=k, shards=3).rows_deleted for k in range(3)]
+    assert sum(dry) == 200 and all(n > 0 for n in dry)
+    real = [sweep_unused_blobs(conn, new_run(conn, f"real-{k}"), refs, cutoff=CUTOFF, bucket=bucket,
+                               shard=k, shards=3).rows_deleted for k in range(3)]
+    assert real == dry
+    assert existing(conn) == set()

@@ -17,36 +17,64 @@ CREATE TABLE blobgc.run (
 );
 CREATE INDEX run_started_at_idx ON blobgc.run (started_at);
 
--- Every object the collector deletes (or, on a dry run, would delete), recorded before the deletion.
+-- Every object the collector deletes (or, on a dry run, would delete), recorded before the deletion:
+-- one row per batch and bucket, keys and sizes side by side (a NULL size is unknown). Writing one
+-- row per batch instead of one per key keeps logging off the sweep's critical path.
 CREATE TABLE blobgc.deletion_log (
-    id                 bigserial PRIMARY KEY,
-    dag_id             text NOT NULL,
-    run_id             text NOT NULL,
-    dry_run            boolean NOT NULL DEFAULT false,
-    source             text NOT NULL,
-    bucket             text NOT NULL,
-    key                text NOT NULL,
-    size_bytes         bigint,
-    version_id         text,
-    logged_at          timestamptz NOT NULL DEFAULT now(),
-    deleted_at         timestamptz,
-    deleted_by_run_id  text
+    id         bigserial PRIMARY KEY,
+    dag_id     text NOT NULL,
+    run_id     text NOT NULL,
+    dry_run    boolean NOT NULL DEFAULT false,
+    source     text NOT NULL,
+    bucket     text NOT NULL,
+    keys       text[] NOT NULL,
+    sizes      bigint[] NOT NULL,
+    logged_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (cardinality(keys) = cardinality(sizes))
 );
 CREATE INDEX deletion_log_run_idx ON blobgc.deletion_log (dag_id, run_id);
-CREATE INDEX deletion_log_key_idx ON blobgc.deletion_log (bucket, key);
 
--- Object deletions still owed: inserted with the row deletion, removed once S3 confirms.
+-- Object deletions still owed: the keys of a log row that S3 has not confirmed yet. Inserted in the
+-- transaction that deletes the rows; removed once DeleteObjects confirms every key. keys/sizes are
+-- NULL while every key of the log row is owed, and hold the remaining ones after a partial failure.
 CREATE TABLE blobgc.outbox (
     log_id           bigint PRIMARY KEY REFERENCES blobgc.deletion_log (id),
     dag_id           text NOT NULL,
     bucket           text NOT NULL,
-    key              text NOT NULL,
+    keys             text[],
+    sizes            bigint[],
     attempts         integer NOT NULL DEFAULT 0,
-    last_error       text,
+    last_errors      jsonb,
     last_attempt_at  timestamptz,
-    created_at       timestamptz NOT NULL DEFAULT now()
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    CHECK (cardinality(keys) = cardinality(sizes))
 );
 CREATE INDEX outbox_dag_idx ON blobgc.outbox (dag_id, log_id);
+
+-- Which run confirmed which keys of a log row, and when.
+CREATE TABLE blobgc.deletion_settlement (
+    log_id      bigint NOT NULL REFERENCES blobgc.deletion_log (id),
+    run_id      text NOT NULL,
+    settled_at  timestamptz NOT NULL DEFAULT now(),
+    keys        text[] NOT NULL
+);
+CREATE INDEX deletion_settlement_log_idx ON blobgc.deletion_settlement (log_id);
+
+-- The deletion log one object a row, for audits: who logged it, whether it is still owed, who deleted it.
+CREATE VIEW blobgc.deleted_object AS
+SELECT l.id AS log_id, l.dag_id, l.run_id, l.dry_run, l.source, l.bucket, k.key, k.size_bytes, l.logged_at,
+       s.settled_at AS deleted_at, s.run_id AS deleted_by_run_id,
+       (o.log_id IS NOT NULL AND (o.keys IS NULL OR k.key = ANY (o.keys))) AS owed
+FROM blobgc.deletion_log l
+CROSS JOIN LATERAL unnest(l.keys, l.sizes) AS k(key, size_bytes)
+LEFT JOIN blobgc.outbox o ON o.log_id = l.id
+LEFT JOIN LATERAL (
+    SELECT st.settled_at, st.run_id
+    FROM blobgc.deletion_settlement st
+    WHERE st.log_id = l.id AND k.key = ANY (st.keys)
+    ORDER BY st.settled_at
+    LIMIT 1
+) s ON true;
 
 -- For analysts: storage reclaimed per day, DAG and dry-run flag (CONTRACT §5).
 CREATE VIEW blobgc.reclaim_daily AS

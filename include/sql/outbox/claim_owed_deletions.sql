@@ -1,9 +1,7 @@
--- Claim the next owed object deletions of one DAG, skipping rows another worker holds.
-SELECT o.log_id, o.bucket, o.key, l.size_bytes
+-- Claim owed log rows for deletion with the keys they still owe, skipping rows another worker holds.
+SELECT o.log_id, o.bucket, coalesce(o.keys, l.keys), coalesce(o.sizes, l.sizes)
 FROM blobgc.outbox o
 JOIN blobgc.deletion_log l ON l.id = o.log_id
-WHERE o.dag_id = %(dag_id)s
-  AND o.log_id > %(after)s
+WHERE o.log_id = ANY(%(log_ids)s::bigint[])
 ORDER BY o.log_id
-LIMIT %(batch_size)s
 FOR UPDATE OF o SKIP LOCKED

@@ -1,10 +1,6 @@
--- Settle deletions S3 confirmed: stamp the log and drop them from the outbox.
+-- Settle a log row whose owed keys S3 all confirmed: drop it from the outbox and record who deleted them.
 WITH done AS (
-    DELETE FROM blobgc.outbox
-    WHERE log_id = ANY(%(log_ids)s)
-    RETURNING log_id
+    DELETE FROM blobgc.outbox WHERE log_id = %(log_id)s RETURNING log_id
 )
-UPDATE blobgc.deletion_log l
-SET deleted_at = now(), deleted_by_run_id = %(run_id)s
-FROM done
-WHERE l.id = done.log_id
+INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys)
+SELECT log_id, %(run_id)s, %(keys)s::text[] FROM done

@@ -1,7 +1,13 @@
--- Keep failed deletions owed, with their error, for the next drain to retry.
-UPDATE blobgc.outbox o
-SET attempts = o.attempts + 1,
-    last_error = f.error,
-    last_attempt_at = now()
-FROM unnest(%(log_ids)s::bigint[], %(errors)s::text[]) AS f(log_id, error)
-WHERE o.log_id = f.log_id
+-- Keep the keys S3 refused owed, with their errors; record the confirmed ones as settled.
+WITH kept AS (
+    UPDATE blobgc.outbox
+    SET keys = %(failed_keys)s::text[],
+        sizes = %(failed_sizes)s::bigint[],
+        attempts = attempts + 1,
+        last_errors = %(errors)s::jsonb,
+        last_attempt_at = now()
+    WHERE log_id = %(log_id)s
+    RETURNING log_id
+)
+INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys)
+SELECT log_id, %(run_id)s, %(done_keys)s::text[] FROM kept WHERE cardinality(%(done_keys)s::text[]) > 0

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Benchmark seed 000's mark and sweep against the local stack (`make up; source .blobgc/env`).
+
+Mark: seed 000's PL/pgSQL loop, verbatim (bench/seed000_mark_loop.sql on the seed's own "Blob"
+tables), against blobgc_mark's set-based code on app.blob, with the same data in the same
+database: blobs, 70% of them referenced through two referencing tables. Timed on the first pass
+(which flips the 30% unreferenced blobs to unused) and on a pass with no flips, at every scale.
+
+Sweep: the database side (claim, re-check, delete, deletion log and outbox, in batches of 1000)
+over the blobs the mark found unused; then S3 deletion from the outbox against the local S3
+server, beside a one-DeleteObject-per-key baseline measured in the same run.
+
+    python bench/mark_sweep.py                       # 100k and 1M blobs, 60k S3 objects
+    python bench/mark_sweep.py --scales 20000 --s3-objects 5000   # a quick look
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "plugins"))
+
+from blobgc.clients import pg_connect, require_env, s3_client_from_env  # noqa: E402
+from blobgc.mark import mark_unused_blobs  # noqa: E402
+from blobgc.migrate import apply_migrations  # noqa: E402
+from blobgc.objects import delete_objects_in_batches  # noqa: E402
+from blobgc.outbox import delete_owed_objects, record_deletions  # noqa: E402
+from blobgc.references import discover_references  # noqa: E402
+from blobgc.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.sweep import sweep_unused_blobs  # noqa: E402
+
+BENCH_DB = "blobgc_bench"
+
+# Blob i is attached to a post when i % 10 < 5 and used by a page when 3 <= i % 10 < 7:
+# 70% of the blobs are referenced, some through both tables.
+LOAD_APP = """
+INSERT INTO app.post (id) SELECT 'p' || g FROM generate_series(0, %(n)s / 10) g;
+INSERT INTO app.blob (id, filename, mimetype, size_bytes)
+SELECT substr(md5(g::text), 1, 11), 'f' || g || '.jpg', 'image/jpeg', 1000 + g %% 5000
+FROM generate_series(1, %(n)s) g;
+INSERT INTO app.blob_attachment (blob_id, post_id)
+SELECT substr(md5(g::text), 1, 11), 'p' || (g / 10) FROM generate_series(1, %(n)s) g WHERE g %% 10 < 5;
+INSERT INTO app.page_using_blob (blob_id, url)
+SELECT substr(md5(g::text), 1, 11), '/page/' || g FROM generate_series(1, %(n)s) g WHERE g %% 10 BETWEEN 3 AND 6;
+"""
+LOAD_SEED = """
+INSERT INTO "Post" ("id") SELECT 'p' || g FROM generate_series(0, %(n)s / 10) g;
+INSERT INTO "Blob" ("id", "filename", "mimetype")
+SELECT substr(md5(g::text), 1, 11), 'f' || g || '.jpg', 'image/jpeg' FROM generate_series(1, %(n)s) g;
+INSERT INTO "BlobAttachment" ("blobID", "postID")
+SELECT substr(md5(g::text), 1, 11), 'p' || (g / 10) FROM generate_series(1, %(n)s) g WHERE g %% 10 < 5;
+INSERT INTO "PageUsingBlob" ("blobID", "url")
+SELECT substr(md5(g::text), 1, 11), '/page/' || g FROM generate_series(1, %(n)s) g WHERE g %% 10 BETWEEN 3 AND 6;
+"""
+
+
+def fresh_database() -> str:
+    admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    dsn = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname=BENCH_DB)
+    with psycopg.connect(dsn) as conn:
+        apply_migrations(conn)
+        conn.execute((ROOT / "bench" / "seed000_schema.sql").read_text())
+    return dsn
+
+
+def timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def vacuum(conn, *tables: str) -> None:
+    for table in tables:
+        conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def bench_mark(dsn: str, n: int) -> dict:
+    conn = pg_connect(dsn)
+    with conn.transaction():
+        for statement in (LOAD_APP + LOAD_SEED).split(";"):
+            if statement.strip():
+                conn.execute(statement, {"n": n})
+    vacuum(conn, "app.blob", "app.blob_attachment", "app.page_using_blob", '"Blob"', '"BlobAttachment"',
+           '"PageUsingBlob"')
+    seed_loop = (ROOT / "bench" / "seed000_mark_loop.sql").read_text()
+    refs = discover_references(conn)
+
+    def seed_pass() -> int:
+        conn.execute(seed_loop)
+        return conn.execute('SELECT count(*) FROM "Blob" WHERE "unused"').fetchone()[0]
+
+    out: dict = {"blobs": n}
+    out["seed_first_s"], seed_unused = timed(seed_pass)
+    out["ours_first_s"], first = timed(lambda: mark_unused_blobs(conn, refs))
+    assert first.became_unused == seed_unused, (first.became_unused, seed_unused)
+    out["flipped"] = first.became_unused
+    # steady state: autovacuum has cleaned up the first pass's dead tuples in both tables
+    vacuum(conn, "app.blob", '"Blob"')
+    out["seed_noflip_s"], _ = timed(seed_pass)
+    out["ours_noflip_s"], second = timed(lambda: mark_unused_blobs(conn, refs))
+    assert second.became_unused == second.became_used == 0
+    out["ratio_first"] = out["seed_first_s"] / out["ours_first_s"]
+    out["ratio_noflip"] = out["seed_noflip_s"] / out["ours_noflip_s"]
+    conn.close()
+    return out
+
+
+def bench_sweep_db(dsn: str) -> dict:
+    """Sweep every blob the mark found unused (30% of the largest scale), database side only."""
+    conn = pg_connect(dsn)
+    run = RunRef("blobgc_sweep", f"bench-{uuid.uuid4().hex[:8]}")
+    ensure_run(conn, run)
+    refs = discover_references(conn)
+    cutoff = datetime.now(timezone.utc) + timedelta(seconds=1)
+    seconds, result = timed(lambda: sweep_unused_blobs(conn, run, refs, cutoff=cutoff, bucket="bench",
+                                                       batch_size=1000))
+    conn.execute("TRUNCATE blobgc.outbox")  # these keys were never uploaded; the S3 phase uses real objects
+    conn.close()
+    return {"blobs": result.rows_deleted, "seconds": seconds, "blobs_per_s": result.rows_deleted / seconds,
+            "keys_logged": result.objects_owed}
+
+
+def upload(s3, bucket: str, keys: list[str]) -> None:
+    body = b"x" * 1024
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=body), keys))
+
+
+def bench_s3(dsn: str, n_objects: int, n_baseline: int) -> dict:
+    s3 = s3_client_from_env()
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    out: dict = {"objects": n_objects, "baseline_objects": n_baseline}
+
+    # baseline: one DeleteObject call per key
+    base_keys = [f"baseline/{i:07d}" for i in range(n_baseline)]
+    upload(s3, bucket, base_keys)
+    out["baseline_s"], _ = timed(lambda: [s3.delete_object(Bucket=bucket, Key=k) for k in base_keys])
+    out["baseline_per_s"] = n_baseline / out["baseline_s"]
+
+    # DeleteObjects alone, 1000 keys a call
+    raw_keys = [f"raw/{i:07d}" for i in range(n_objects)]
+    upload(s3, bucket, raw_keys)
+    out["batch_s"], outcome = timed(lambda: delete_objects_in_batches(s3, bucket, raw_keys))
+    assert len(outcome.deleted) == n_objects and not outcome.failed
+    out["batch_per_s"] = n_objects / out["batch_s"]
+
+    # end to end from the outbox: claim, DeleteObjects, settle the log and the run's counters
+    keys = [f"blobs/{i:07d}/raw" for i in range(n_objects)]
+    upload(s3, bucket, keys)
+    conn = pg_connect(dsn)
+    run = RunRef("blobgc_sweep", f"bench-s3-{uuid.uuid4().hex[:8]}")
+    ensure_run(conn, run)
+    with conn.transaction():
+        record_deletions(conn, run, source="app.blob", bucket=bucket, keys=keys, sizes=[1024] * len(keys))
+    out["outbox_s"], drained = timed(lambda: delete_owed_objects(conn, s3, run))
+    assert drained.objects_deleted == n_objects and drained.owed_after == 0
+    left = s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0)
+    assert left == 0, f"{left} objects left"
+    out["outbox_per_s"] = n_objects / out["outbox_s"]
+    out["ratio_outbox_vs_baseline"] = out["outbox_per_s"] / out["baseline_per_s"]
+    s3.delete_bucket(Bucket=bucket)
+    conn.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scales", default="100000,1000000", help="comma-separated blob counts")
+    parser.add_argument("--s3-objects", type=int, default=60_000)
+    parser.add_argument("--baseline-objects", type=int, default=3_000)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "mark_sweep.json")
+    args = parser.parse_args()
+    scales = [int(s) for s in args.scales.split(",")]
+
+    results: dict = {"mark": [], "when": datetime.now(timezone.utc).isoformat()}
+    dsn = ""
+    for n in scales:
+        dsn = fresh_database()
+        print(f"mark, {n:,} blobs (70% referenced through 2 tables) ...", flush=True)
+        results["mark"].append(bench_mark(dsn, n))
+    print("sweep, database side ...", flush=True)
+    results["sweep_db"] = bench_sweep_db(dsn)
+    print(f"sweep, S3 side: {args.s3_objects:,} objects ...", flush=True)
+    results["sweep_s3"] = bench_s3(dsn, args.s3_objects, args.baseline_objects)
+
+    print("\n## mark (seconds; ratio = seed loop / blobgc)")
+    print(f"{'blobs':>10} {'pass':>10} {'seed loop':>10} {'blobgc':>8} {'ratio':>7}")
+    for m in results["mark"]:
+        print(f"{m['blobs']:>10,} {'first':>10} {m['seed_first_s']:>10.2f} {m['ours_first_s']:>8.3f} "
+              f"{m['ratio_first']:>6.1f}x   ({m['flipped']:,} flips)")
+        print(f"{m['blobs']:>10,} {'no flips':>10} {m['seed_noflip_s']:>10.2f} {m['ours_noflip_s']:>8.3f} "
+              f"{m['ratio_noflip']:>6.1f}x")
+    if len(results["mark"]) > 1:
+        a, b = results["mark"][0], results["mark"][-1]
+        growth = b["blobs"] / a["blobs"]
+        print(f"growth x{growth:.0f} blobs: blobgc first pass x{b['ours_first_s'] / a['ours_first_s']:.1f}, "
+              f"no-flip pass x{b['ours_noflip_s'] / a['ours_noflip_s']:.1f}; seed loop "
+              f"x{b['seed_noflip_s'] / a['seed_noflip_s']:.1f}")
+    s = results["sweep_db"]
+    print(f"\n## sweep, database side\n{s['blobs']:,} blobs in {s['seconds']:.2f}s = {s['blobs_per_s']:,.0f} blobs/s "
+          f"({s['keys_logged']:,} keys logged and owed)")
+    o = results["sweep_s3"]
+    print(f"\n## sweep, S3 side (local S3 server)\n"
+          f"DeleteObject per key (baseline): {o['baseline_per_s']:,.0f} objects/s over {o['baseline_objects']:,}\n"
+          f"DeleteObjects, 1000 keys a call: {o['batch_per_s']:,.0f} objects/s over {o['objects']:,}\n"
+          f"from the outbox, end to end:     {o['outbox_per_s']:,.0f} objects/s over {o['objects']:,} "
+          f"= {o['ratio_outbox_vs_baseline']:.1f}x the baseline")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2))
+    print(f"\nraw figures: {args.json.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
