@@ -10,7 +10,7 @@ Sweep: the database side (claim, re-check, delete, deletion log and outbox, in b
 over the blobs the mark found unused; then S3 deletion from the outbox against the local S3
 server, beside a one-DeleteObject-per-key baseline measured in the same run.
 
-    python bench/mark_sweep.py                       # 100k and 1M blobs, 60k S3 objects
+    python bench/mark_sweep.py                       # 100k and 1M blobs, 20k S3 objects
     python bench/mark_sweep.py --scales 20000 --s3-objects 5000   # a quick look
 """
 from __future__ import annotations
@@ -40,6 +40,7 @@ from blobgc.runs import RunRef, ensure_run  # noqa: E402
 from blobgc.sweep import sweep_unused_blobs  # noqa: E402
 
 BENCH_DB = "blobgc_bench"
+MARK_WORKERS = 2  # blobgc_mark's default: key ranges marked on two connections at once
 
 # Blob i is attached to a post when i % 10 < 5 and used by a page when 3 <= i % 10 < 7:
 # 70% of the blobs are referenced, some through both tables.
@@ -102,15 +103,19 @@ def bench_mark(dsn: str, n: int) -> dict:
         conn.execute(seed_loop)
         return conn.execute('SELECT count(*) FROM "Blob" WHERE "unused"').fetchone()[0]
 
-    out: dict = {"blobs": n}
+    def ours(workers: int):
+        return mark_unused_blobs(conn, refs, workers=workers, connect=lambda: pg_connect(dsn))
+
+    out: dict = {"blobs": n, "workers": MARK_WORKERS}
     out["seed_first_s"], seed_unused = timed(seed_pass)
-    out["ours_first_s"], first = timed(lambda: mark_unused_blobs(conn, refs))
+    out["ours_first_s"], first = timed(lambda: ours(MARK_WORKERS))
     assert first.became_unused == seed_unused, (first.became_unused, seed_unused)
     out["flipped"] = first.became_unused
     # steady state: autovacuum has cleaned up the first pass's dead tuples in both tables
     vacuum(conn, "app.blob", '"Blob"')
     out["seed_noflip_s"], _ = timed(seed_pass)
-    out["ours_noflip_s"], second = timed(lambda: mark_unused_blobs(conn, refs))
+    out["ours_noflip_1worker_s"], _ = timed(lambda: ours(1))
+    out["ours_noflip_s"], second = timed(lambda: ours(MARK_WORKERS))
     assert second.became_unused == second.became_used == 0
     out["ratio_first"] = out["seed_first_s"] / out["ours_first_s"]
     out["ratio_noflip"] = out["seed_noflip_s"] / out["ours_noflip_s"]
@@ -118,24 +123,41 @@ def bench_mark(dsn: str, n: int) -> dict:
     return out
 
 
-def bench_sweep_db(dsn: str) -> dict:
-    """Sweep every blob the mark found unused (30% of the largest scale), database side only."""
+def bench_sweep_db(dsn: str, workers: int) -> dict:
+    """Sweep every blob the mark found unused, database side only, with `workers` hash shards in
+    parallel (as the DAG's mapped delete_unused_blobs tasks do); then put the garbage back."""
     conn = pg_connect(dsn)
+    conn.execute("DROP TABLE IF EXISTS bench_garbage")
+    conn.execute("CREATE TABLE bench_garbage AS SELECT * FROM app.blob WHERE unused")
+    vacuum(conn, "app.blob")
     run = RunRef("blobgc_sweep", f"bench-{uuid.uuid4().hex[:8]}")
     ensure_run(conn, run)
     refs = discover_references(conn)
     cutoff = datetime.now(timezone.utc) + timedelta(seconds=1)
-    seconds, result = timed(lambda: sweep_unused_blobs(conn, run, refs, cutoff=cutoff, bucket="bench",
-                                                       batch_size=1000))
+    results: list = [None] * workers
+
+    def work(shard: int) -> None:
+        with pg_connect(dsn) as wconn:
+            results[shard] = sweep_unused_blobs(wconn, run, refs, cutoff=cutoff, bucket="bench", batch_size=1000,
+                                                shard=shard, shards=workers)
+
+    def all_shards() -> None:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(work, range(workers)))
+
+    seconds, _ = timed(all_shards)
+    rows = sum(r.rows_deleted for r in results)
     conn.execute("TRUNCATE blobgc.outbox")  # these keys were never uploaded; the S3 phase uses real objects
+    conn.execute("INSERT INTO app.blob SELECT * FROM bench_garbage")
+    vacuum(conn, "app.blob")  # as autovacuum would, before the next measurement
     conn.close()
-    return {"blobs": result.rows_deleted, "seconds": seconds, "blobs_per_s": result.rows_deleted / seconds,
-            "keys_logged": result.objects_owed}
+    return {"workers": workers, "blobs": rows, "seconds": seconds, "blobs_per_s": rows / seconds,
+            "keys_logged": sum(r.objects_owed for r in results)}
 
 
 def upload(s3, bucket: str, keys: list[str]) -> None:
     body = b"x" * 1024
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda k: s3.put_object(Bucket=bucket, Key=k, Body=body), keys))
 
 
@@ -180,8 +202,8 @@ def bench_s3(dsn: str, n_objects: int, n_baseline: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", default="100000,1000000", help="comma-separated blob counts")
-    parser.add_argument("--s3-objects", type=int, default=60_000)
-    parser.add_argument("--baseline-objects", type=int, default=3_000)
+    parser.add_argument("--s3-objects", type=int, default=20_000)
+    parser.add_argument("--baseline-objects", type=int, default=1_000)
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "mark_sweep.json")
     args = parser.parse_args()
     scales = [int(s) for s in args.scales.split(",")]
@@ -193,26 +215,28 @@ def main() -> int:
         print(f"mark, {n:,} blobs (70% referenced through 2 tables) ...", flush=True)
         results["mark"].append(bench_mark(dsn, n))
     print("sweep, database side ...", flush=True)
-    results["sweep_db"] = bench_sweep_db(dsn)
+    # the same garbage with one worker, then with two (the DAG's default)
+    results["sweep_db"] = [bench_sweep_db(dsn, 1), bench_sweep_db(dsn, 2)]
     print(f"sweep, S3 side: {args.s3_objects:,} objects ...", flush=True)
     results["sweep_s3"] = bench_s3(dsn, args.s3_objects, args.baseline_objects)
 
-    print("\n## mark (seconds; ratio = seed loop / blobgc)")
+    print(f"\n## mark (seconds; ratio = seed loop / blobgc; blobgc on {MARK_WORKERS} connections)")
     print(f"{'blobs':>10} {'pass':>10} {'seed loop':>10} {'blobgc':>8} {'ratio':>7}")
     for m in results["mark"]:
         print(f"{m['blobs']:>10,} {'first':>10} {m['seed_first_s']:>10.2f} {m['ours_first_s']:>8.3f} "
               f"{m['ratio_first']:>6.1f}x   ({m['flipped']:,} flips)")
         print(f"{m['blobs']:>10,} {'no flips':>10} {m['seed_noflip_s']:>10.2f} {m['ours_noflip_s']:>8.3f} "
-              f"{m['ratio_noflip']:>6.1f}x")
+              f"{m['ratio_noflip']:>6.1f}x   (one connection: {m['ours_noflip_1worker_s']:.3f}s)")
     if len(results["mark"]) > 1:
         a, b = results["mark"][0], results["mark"][-1]
         growth = b["blobs"] / a["blobs"]
         print(f"growth x{growth:.0f} blobs: blobgc first pass x{b['ours_first_s'] / a['ours_first_s']:.1f}, "
               f"no-flip pass x{b['ours_noflip_s'] / a['ours_noflip_s']:.1f}; seed loop "
               f"x{b['seed_noflip_s'] / a['seed_noflip_s']:.1f}")
-    s = results["sweep_db"]
-    print(f"\n## sweep, database side\n{s['blobs']:,} blobs in {s['seconds']:.2f}s = {s['blobs_per_s']:,.0f} blobs/s "
-          f"({s['keys_logged']:,} keys logged and owed)")
+    print("\n## sweep, database side (claim, re-check, delete, log and owe 2 keys per blob; batches of 1000)")
+    for s in results["sweep_db"]:
+        print(f"{s['workers']} worker(s): {s['blobs']:,} blobs in {s['seconds']:.2f}s = {s['blobs_per_s']:,.0f} blobs/s "
+              f"({s['keys_logged']:,} keys logged and owed)")
     o = results["sweep_s3"]
     print(f"\n## sweep, S3 side (local S3 server)\n"
           f"DeleteObject per key (baseline): {o['baseline_per_s']:,.0f} objects/s over {o['baseline_objects']:,}\n"

@@ -7,9 +7,11 @@ to tell it which blobs are referenced. This DAG does the same job set-based:
 1. **remove_stale_page_usages** deletes `app.page_using_blob` rows not confirmed (polled) within
    `page_grace_days`, in batches of `batch_size`.
 2. **mark_blobs** discovers every foreign key to `app.blob` in the catalog (a table added later
-   counts with no configuration), then walks the blob table in key ranges, one short transaction
-   each, flipping `unused` only where it changes and stamping `updated_at` at the flip. It also
-   sets `visibility` to `PUBLIC` exactly when an in-use page usage remains.
+   counts with no configuration; non-FK references can be declared as SQL in Variable
+   `blobgc_extra_blob_references`), then walks the blob table in key ranges of 100,000 ids, one
+   short transaction each on two connections, flipping `unused` only where it changes and
+   stamping `updated_at` at the flip. In the same pass it sets `visibility` to `PUBLIC` exactly
+   when an in-use page usage remains.
 3. **publish_marks** records the run's report and emits the `blobgc_marked_blobs` Asset that
    schedules `blobgc_sweep`. A dry run changes nothing and does not trigger the sweep.
 
@@ -22,7 +24,14 @@ from datetime import datetime
 from airflow.sdk import Asset, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from blobgc.airflow_adapters import DEFAULT_ARGS, cutoff, destructive_params, extra_blob_references, gc_task
+from blobgc.airflow_adapters import (
+    DEFAULT_ARGS,
+    cutoff,
+    destructive_params,
+    extra_blob_references,
+    gc_task,
+    pg_connector,
+)
 
 MARKED_BLOBS = Asset("blobgc_marked_blobs")
 
@@ -56,7 +65,7 @@ def blobgc_mark():
         context = get_current_context()
         with gc_task(context) as (conn, run):
             refs = discover_references(conn, extra_sql=extra_blob_references())
-            result = mark_unused_blobs(conn, refs, dry_run=run.dry_run)
+            result = mark_unused_blobs(conn, refs, dry_run=run.dry_run, workers=2, connect=pg_connector())
         return {"references": refs.describe(), **vars(result)}
 
     @task(outlets=[MARKED_BLOBS])

@@ -44,6 +44,12 @@ def pg_connection(conn_id: str = PG_CONN_ID):
         conn.close()
 
 
+def pg_connector(conn_id: str = PG_CONN_ID):
+    """A zero-argument factory of further connections, for work spread over several connections."""
+    conninfo = pg_conninfo(conn_id)
+    return lambda: pg_connect(conninfo)
+
+
 def s3_client(conn_id: str = S3_CONN_ID):
     """A boto3 S3 client from the `aws` connection; `endpoint_url` in its extra points at any S3-compatible store."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook

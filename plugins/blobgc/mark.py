@@ -8,7 +8,9 @@ so the sweep's grace counts from the moment a blob became unused.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psycopg
@@ -32,16 +34,30 @@ class MarkResult:
     ranges: int = 0
 
 
-def key_ranges(conn: psycopg.Connection, range_size: int) -> Iterator[tuple[str, str | None]]:
-    """Walk app.blob's primary key in ranges [lo, hi) of about `range_size` ids; hi is None for the last."""
+def key_ranges(conn: psycopg.Connection, range_size: int) -> list[tuple[str | None, str | None]]:
+    """Cut app.blob's primary key into ranges [lo, hi) of about `range_size` ids; None is open-ended.
+
+    The cuts come from the planner's histogram of ids, so no scan is needed; the first and last
+    ranges are open, so rows outside stale statistics are still covered. Without statistics (a new
+    or small table) the cuts are found by walking the index.
+    """
+    rows, bounds = conn.execute(queries.load("mark/select_blob_id_histogram")).fetchone()
+    if bounds and rows > 0:
+        wanted = max(1, -(-int(rows) // range_size))
+        step = max(1, len(bounds) // wanted)
+        cuts = bounds[step:len(bounds) - 1:step] if wanted > 1 else []
+        edges: list[str | None] = [None, *cuts, None]
+        return list(zip(edges[:-1], edges[1:]))
+    ranges: list[tuple[str | None, str | None]] = []
     lo = conn.execute(queries.load("mark/select_first_blob_id")).fetchone()[0]
     while lo is not None:
         row = conn.execute(
             queries.load("mark/select_next_range_start"), {"lo": lo, "range_size": range_size}
         ).fetchone()
         hi = row[0] if row else None
-        yield lo, hi
+        ranges.append((lo, hi))
         lo = hi
+    return ranges
 
 
 def mark_unused_blobs(
@@ -50,27 +66,56 @@ def mark_unused_blobs(
     *,
     range_size: int = DEFAULT_RANGE_SIZE,
     dry_run: bool = False,
+    workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
-    """Set `unused` and `visibility` for every blob from the references found now, one range per transaction."""
-    referenced = referenced_ids_query(refs, "range")
-    update_flags = sql.SQL(queries.load("mark/update_unused_flags")).format(referenced=referenced)
-    count_flips = sql.SQL(queries.load("mark/count_unused_flips")).format(referenced=referenced)
-    update_visibility = queries.load("mark/update_blob_visibility")
-    result = MarkResult()
-    for lo, hi in key_ranges(conn, range_size):
-        bounds = {"lo": lo, "hi": hi}
-        with conn.transaction():
-            if dry_run:
-                unused, used = conn.execute(count_flips, bounds).fetchone()
-            else:
-                unused, used = conn.execute(update_flags, bounds).fetchone()
-                result.visibility_changed += len(conn.execute(update_visibility, bounds).fetchall())
-        result.became_unused += unused
-        result.became_used += used
-        result.ranges += 1
-        if unused or used:
-            log.info("range [%s, %s): %d became unused, %d became used%s",
-                     lo, hi or "end", unused, used, " (dry run)" if dry_run else "")
-    log.info("marked %d ranges: %d blobs became unused, %d became used, %d visibility changes",
-             result.ranges, result.became_unused, result.became_used, result.visibility_changed)
+    """Set `unused` and `visibility` for every blob from the references found now, one range per transaction.
+
+    With `workers` > 1, ranges are marked on that many connections from `connect` at once.
+    """
+    marks = sql.SQL(queries.load("mark/select_blob_marks")).format(referenced=referenced_ids_query(refs, "range"))
+    statement = sql.SQL(queries.load("mark/count_blob_marks" if dry_run else "mark/update_blob_marks")).format(
+        marks=marks
+    )
+    ranges = key_ranges(conn, range_size)
+
+    def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
+        with c.transaction():
+            unused, used, visibility = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
+        if unused or used or visibility:
+            log.info("range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
+                     lo or "start", hi or "end", unused, used, visibility, " (dry run)" if dry_run else "")
+        return unused, used, visibility
+
+    if workers > 1 and len(ranges) > 1:
+        if connect is None:
+            raise ValueError("workers > 1 needs `connect` to open one connection per worker")
+        local = threading.local()
+        opened: list[psycopg.Connection] = []
+        lock = threading.Lock()
+
+        def in_worker(bounds: tuple[str | None, str | None]) -> tuple[int, int, int]:
+            if not hasattr(local, "conn"):
+                local.conn = connect()
+                with lock:
+                    opened.append(local.conn)
+            return mark_range(local.conn, *bounds)
+
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                counts = list(pool.map(in_worker, ranges))
+        finally:
+            for c in opened:
+                c.close()
+    else:
+        counts = [mark_range(conn, lo, hi) for lo, hi in ranges]
+    result = MarkResult(
+        became_unused=sum(c[0] for c in counts),
+        became_used=sum(c[1] for c in counts),
+        visibility_changed=sum(c[2] for c in counts),
+        ranges=len(ranges),
+    )
+    log.info("marked %d ranges: %d blobs became unused, %d became used, %d visibility changes%s",
+             result.ranges, result.became_unused, result.became_used, result.visibility_changed,
+             " (dry run: nothing written)" if dry_run else "")
     return result

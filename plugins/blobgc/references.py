@@ -70,13 +70,15 @@ def refs_names(refs: Sequence[Reference], extra: Sequence[str]) -> list[str]:
 def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> sql.Composable:
     """A SELECT of blob ids referenced anywhere, limited to a key range or to a list of ids.
 
-    scope "range" binds %(lo)s (inclusive) and %(hi)s (exclusive, NULL for open); scope "ids"
+    scope "range" binds %(lo)s (inclusive) and %(hi)s (exclusive), either NULL for open; scope "ids"
     binds %(ids)s, a text array.
     """
 
     def condition(column: sql.Composable) -> sql.Composable:
         if scope == "range":
-            return sql.SQL("{c} >= %(lo)s AND (%(hi)s::text IS NULL OR {c} < %(hi)s)").format(c=column)
+            return sql.SQL("(%(lo)s::text IS NULL OR {c} >= %(lo)s) AND (%(hi)s::text IS NULL OR {c} < %(hi)s)").format(
+                c=column
+            )
         return sql.SQL("{c} = ANY(%(ids)s::text[])").format(c=column)
 
     parts: list[sql.Composable] = []

@@ -1,4 +1,4 @@
--- The next batch of one shard's blobs unused since before the cutoff, in (updated_at, id) order; {locking} claims them with FOR UPDATE SKIP LOCKED.
+-- The next batch of one shard's blobs unused since before the cutoff, in (updated_at, id) order; the locking clause, when present, claims them with FOR UPDATE SKIP LOCKED.
 SELECT id, size_bytes, updated_at
 FROM app.blob
 WHERE unused
