@@ -6,8 +6,8 @@ or backfilled by hand.
 
 1. **retry_owed_objects** first deletes any objects earlier runs still owe (S3 was down, a
    worker died after the database commit, or DeleteObjects reported per-key `Errors`).
-2. **delete_unused_blobs** (mapped: one task per hash shard, `sweep_workers` of them in parallel)
-   picks blobs with `unused` set since before the run's data-interval end minus `grace_hours`.
+2. **delete_unused_blobs** (mapped: one task per id range that **plan_shards** cuts, about
+   `sweep_workers` of them in parallel) picks blobs with `unused` set since before the run's data-interval end minus `grace_hours`.
    Each batch is one transaction: claim with `FOR UPDATE SKIP LOCKED`,
    re-check every reference, delete the rows, and record their object keys in the deletion log
    and the outbox. A blob found referenced is set back to used. `ON DELETE RESTRICT` is the last
@@ -58,7 +58,7 @@ def drain_outbox() -> dict:
     params=destructive_params(
         "grace_hours", 24, "Blobs unused for less than this many hours are kept.",
         sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
-                            description="Parallel delete_unused_blobs tasks, each over its own hash shard of blob ids."),
+                            description="Parallel delete_unused_blobs tasks, each over its own range of blob ids."),
     ),
     tags=["blobgc", "seed-000", "sweep", "destructive"],
     doc_md=__doc__,
@@ -69,11 +69,15 @@ def blobgc_sweep():
         return drain_outbox()
 
     @task
-    def plan_shards() -> list[int]:
-        return list(range(get_current_context()["params"]["sweep_workers"]))
+    def plan_shards() -> list[list[str | None]]:
+        from blobgc.key_space import split_key_space
 
-    @task(map_index_template="shard {{ task.op_kwargs['shard'] }}")
-    def delete_unused_blobs(shard: int) -> dict:
+        context = get_current_context()
+        with gc_task(context) as (conn, _run):
+            return [list(r) for r in split_key_space(conn, context["params"]["sweep_workers"])]
+
+    @task(map_index_template="ids {{ task.op_kwargs['shard'][0] or 'start' }} .. {{ task.op_kwargs['shard'][1] or 'end' }}")
+    def delete_unused_blobs(shard: list[str | None]) -> dict:
         from blobgc.references import discover_references
         from blobgc.sweep import sweep_unused_blobs
 
@@ -83,7 +87,7 @@ def blobgc_sweep():
             refs = discover_references(conn, extra_sql=extra_blob_references())
             result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(context, hours=params["grace_hours"]),
                                         bucket=blob_bucket(), batch_size=params["batch_size"],
-                                        shard=shard, shards=params["sweep_workers"])
+                                        key_range=(shard[0], shard[1]))
         return {k: v for k, v in vars(result).items() if k != "sample_keys"}
 
     @task(pool=S3_POOL)

@@ -35,11 +35,14 @@ def require_env(name: str) -> str:
 def pg_connect(conninfo: str, **kwargs) -> psycopg.Connection:
     """A psycopg 3 connection in autocommit mode: every unit of work opens `conn.transaction()` itself.
 
-    Statements are not auto-prepared, so each key range gets a plan for its own bounds.
+    Statements are not auto-prepared, so each key range gets a plan for its own bounds. Parallel
+    query is off: blobgc runs short batch statements, where starting parallel workers costs more
+    (measured 20 ms on a 1000-id reference check) than it saves; blobgc parallelizes by key range.
     """
     kwargs.setdefault("autocommit", True)
     conn = psycopg.connect(conninfo, connect_timeout=10, **kwargs)
     conn.prepare_threshold = None
+    conn.execute("SET max_parallel_workers_per_gather = 0")
     return conn
 
 

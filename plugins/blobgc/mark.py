@@ -17,6 +17,7 @@ import psycopg
 from psycopg import sql
 
 from blobgc import queries
+from blobgc.key_space import key_ranges
 from blobgc.references import ReferenceSet, referenced_ids_query
 
 log = logging.getLogger(__name__)
@@ -32,32 +33,6 @@ class MarkResult:
     became_used: int = 0
     visibility_changed: int = 0
     ranges: int = 0
-
-
-def key_ranges(conn: psycopg.Connection, range_size: int) -> list[tuple[str | None, str | None]]:
-    """Cut app.blob's primary key into ranges [lo, hi) of about `range_size` ids; None is open-ended.
-
-    The cuts come from the planner's histogram of ids, so no scan is needed; the first and last
-    ranges are open, so rows outside stale statistics are still covered. Without statistics (a new
-    or small table) the cuts are found by walking the index.
-    """
-    rows, bounds = conn.execute(queries.load("mark/select_blob_id_histogram")).fetchone()
-    if bounds and rows > 0:
-        wanted = max(1, -(-int(rows) // range_size))
-        step = max(1, len(bounds) // wanted)
-        cuts = bounds[step:len(bounds) - 1:step] if wanted > 1 else []
-        edges: list[str | None] = [None, *cuts, None]
-        return list(zip(edges[:-1], edges[1:]))
-    ranges: list[tuple[str | None, str | None]] = []
-    lo = conn.execute(queries.load("mark/select_first_blob_id")).fetchone()[0]
-    while lo is not None:
-        row = conn.execute(
-            queries.load("mark/select_next_range_start"), {"lo": lo, "range_size": range_size}
-        ).fetchone()
-        hi = row[0] if row else None
-        ranges.append((lo, hi))
-        lo = hi
-    return ranges
 
 
 def mark_unused_blobs(

@@ -71,7 +71,8 @@ def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_ke
         total += n_keys
     if not picked:
         return []
-    return conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}).fetchall()
+    # binary results: thousands of keys per row parse much faster than text arrays
+    return conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}, binary=True).fetchall()
 
 
 def delete_owed_objects(

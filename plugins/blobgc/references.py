@@ -79,7 +79,7 @@ def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> 
             return sql.SQL("(%(lo)s::text IS NULL OR {c} >= %(lo)s) AND (%(hi)s::text IS NULL OR {c} < %(hi)s)").format(
                 c=column
             )
-        return sql.SQL("{c} = ANY(%(ids)s::text[])").format(c=column)
+        return sql.SQL("{c} = ANY(%(ids)b::text[])").format(c=column)
 
     parts: list[sql.Composable] = []
     for ref in refs.foreign_keys:

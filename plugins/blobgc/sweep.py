@@ -15,6 +15,7 @@ import psycopg
 from psycopg import sql
 
 from blobgc import queries
+from blobgc.key_space import KeyRange
 from blobgc.outbox import record_deletions
 from blobgc.references import ReferenceSet, referenced_ids_query
 from blobgc.runs import RunRef, add_counts
@@ -70,34 +71,31 @@ def sweep_unused_blobs(
     cutoff: datetime,
     bucket: str,
     batch_size: int = 1000,
-    shard: int = 0,
-    shards: int = 1,
+    key_range: KeyRange = (None, None),
 ) -> SweepResult:
     """Delete blobs unused since before `cutoff`, in batches of `batch_size`, owing their objects.
 
-    With `shards` > 1 this handles only the blobs whose id hashes to `shard`, so several workers
-    (mapped tasks) sweep disjoint parts in parallel; a dry run's report is then disjoint too.
+    `key_range` [lo, hi) limits the sweep to part of the id space (`blobgc.key_space.split_key_space`),
+    so several workers (mapped tasks) sweep disjoint parts in parallel; a dry run's report is then
+    disjoint too.
     """
-    if not 0 <= shard < shards:
-        raise ValueError(f"shard must be in [0, {shards}), got {shard}")
+    lo, hi = key_range
     locking = sql.SQL("") if run.dry_run else sql.SQL("FOR UPDATE SKIP LOCKED")
     select_batch = sql.SQL(queries.load("sweep/select_unused_blobs")).format(locking=locking)
     select_referenced = sql.SQL(queries.load("sweep/select_referenced_blobs")).format(
         referenced=referenced_ids_query(refs, "ids")
     )
     result = SweepResult()
-    after_ts: datetime | str = "-infinity"
-    after_id = ""
+    after: str | None = None
     while True:
         with conn.transaction():
             batch = conn.execute(
                 select_batch,
-                {"cutoff": cutoff, "after_ts": after_ts, "after_id": after_id, "batch_size": batch_size,
-                 "shard": shard, "shards": shards},
+                {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size},
             ).fetchall()
             if not batch:
                 break
-            after_id, after_ts = batch[-1][0], batch[-1][2]
+            after = batch[-1][0]
             ids = [row[0] for row in batch]
             referenced = {row[0] for row in conn.execute(select_referenced, {"ids": ids})}
             candidates = [i for i in ids if i not in referenced]

@@ -4,7 +4,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from blobgc.clients import pg_connect
-from blobgc.mark import key_ranges, mark_unused_blobs
+from blobgc.key_space import key_ranges
+from blobgc.mark import mark_unused_blobs
 from blobgc.pages import poll_page_usage, remove_stale_page_usages
 from blobgc.references import discover_references
 from blobgc.runs import RunRef, ensure_run

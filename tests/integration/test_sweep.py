@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from blobgc.clients import s3_client
+from blobgc.key_space import split_key_space
 from blobgc.outbox import delete_owed_objects
 from blobgc.references import ReferenceSet, discover_references
 from blobgc.runs import RunRef, ensure_run, finish_run
@@ -288,14 +289,18 @@ def test_two_sweeps_at_once_delete_each_blob_once(conn, test_dsn, s3, bucket):
     assert logged == (600, 600)
 
 
-def test_hash_shards_split_the_work_without_overlap(conn, s3, bucket):
+@pytest.mark.parametrize("analyzed", [True, False], ids=["from-statistics", "walking-the-index"])
+def test_key_range_shards_split_the_work_without_overlap(conn, s3, bucket, analyzed):
     ids = make_blobs(conn, s3, bucket, 200, thumbnails=False)
     set_unused_since(conn, ids, "3 days")
+    conn.execute("ANALYZE app.blob" if analyzed else "DELETE FROM pg_statistic WHERE starelid = 'app.blob'::regclass")
+    shards = split_key_space(conn, 3)
+    assert len(shards) >= 2
     refs = discover_references(conn)
     dry = [sweep_unused_blobs(conn, new_run(conn, f"dry-{k}", dry_run=True), refs, cutoff=CUTOFF, bucket=bucket,
-                              shard=k, shards=3).rows_deleted for k in range(3)]
+                              key_range=shard).rows_deleted for k, shard in enumerate(shards)]
     assert sum(dry) == 200 and all(n > 0 for n in dry)
     real = [sweep_unused_blobs(conn, new_run(conn, f"real-{k}"), refs, cutoff=CUTOFF, bucket=bucket,
-                               shard=k, shards=3).rows_deleted for k in range(3)]
+                               key_range=shard).rows_deleted for k, shard in enumerate(shards)]
     assert real == dry
     assert existing(conn) == set()

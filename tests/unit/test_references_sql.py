@@ -12,7 +12,7 @@ def test_foreign_keys_are_quoted_identifiers():
     refs = ReferenceSet((Reference("app", 'odd"name', "blob_id", "fk", True),))
     text = render(referenced_ids_query(refs, "ids"))
     assert '"app"."odd""name"' in text
-    assert "= ANY(%(ids)s::text[])" in text
+    assert "= ANY(%(ids)b::text[])" in text
 
 
 def test_range_scope_binds_bounds():

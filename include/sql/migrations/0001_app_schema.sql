@@ -13,8 +13,8 @@ CREATE TABLE app.blob (
     updated_at  timestamptz NOT NULL DEFAULT now(),
     created_at  timestamptz NOT NULL DEFAULT now()
 );
--- The sweep's candidates: unused blobs by the time they became unused.
-CREATE INDEX blob_unused_since_idx ON app.blob (updated_at, id) WHERE unused;
+-- The sweep's candidates: unused blobs in id order (so parallel sweeps over id ranges stay apart), with their flip time.
+CREATE INDEX blob_unused_idx ON app.blob (id, updated_at) WHERE unused;
 
 CREATE TABLE app.post (
     id          text PRIMARY KEY,

@@ -3,4 +3,4 @@ WITH done AS (
     DELETE FROM blobgc.outbox WHERE log_id = %(log_id)s RETURNING log_id
 )
 INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys)
-SELECT log_id, %(run_id)s, %(keys)s::text[] FROM done
+SELECT log_id, %(run_id)s, %(keys)b::text[] FROM done

@@ -1,8 +1,8 @@
 -- Keep the keys S3 refused owed, with their errors; record the confirmed ones as settled.
 WITH kept AS (
     UPDATE blobgc.outbox
-    SET keys = %(failed_keys)s::text[],
-        sizes = %(failed_sizes)s::bigint[],
+    SET keys = %(failed_keys)b::text[],
+        sizes = %(failed_sizes)b::bigint[],
         attempts = attempts + 1,
         last_errors = %(errors)s::jsonb,
         last_attempt_at = now()
@@ -10,4 +10,4 @@ WITH kept AS (
     RETURNING log_id
 )
 INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys)
-SELECT log_id, %(run_id)s, %(done_keys)s::text[] FROM kept WHERE cardinality(%(done_keys)s::text[]) > 0
+SELECT log_id, %(run_id)s, %(done_keys)b::text[] FROM kept WHERE cardinality(%(done_keys)b::text[]) > 0

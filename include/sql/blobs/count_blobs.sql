@@ -1,0 +1,2 @@
+-- How many blobs there are, when the planner has no estimate yet.
+SELECT count(*) FROM app.blob
