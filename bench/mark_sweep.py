@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
 from blobgc.clients import pg_connect, require_env, s3_client_from_env  # noqa: E402
+from blobgc.key_space import split_key_space  # noqa: E402
 from blobgc.mark import mark_unused_blobs  # noqa: E402
 from blobgc.migrate import apply_migrations  # noqa: E402
 from blobgc.objects import delete_objects_in_batches  # noqa: E402
@@ -124,7 +125,7 @@ def bench_mark(dsn: str, n: int) -> dict:
 
 
 def bench_sweep_db(dsn: str, workers: int) -> dict:
-    """Sweep every blob the mark found unused, database side only, with `workers` hash shards in
+    """Sweep every blob the mark found unused, database side only, with `workers` id-range shards in
     parallel (as the DAG's mapped delete_unused_blobs tasks do); then put the garbage back."""
     conn = pg_connect(dsn)
     conn.execute("DROP TABLE IF EXISTS bench_garbage")
@@ -134,16 +135,17 @@ def bench_sweep_db(dsn: str, workers: int) -> dict:
     ensure_run(conn, run)
     refs = discover_references(conn)
     cutoff = datetime.now(timezone.utc) + timedelta(seconds=1)
-    results: list = [None] * workers
+    shards = split_key_space(conn, workers)
+    results: list = [None] * len(shards)
 
-    def work(shard: int) -> None:
+    def work(k: int) -> None:
         with pg_connect(dsn) as wconn:
-            results[shard] = sweep_unused_blobs(wconn, run, refs, cutoff=cutoff, bucket="bench", batch_size=1000,
-                                                shard=shard, shards=workers)
+            results[k] = sweep_unused_blobs(wconn, run, refs, cutoff=cutoff, bucket="bench", batch_size=1000,
+                                            key_range=shards[k])
 
     def all_shards() -> None:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(work, range(workers)))
+        with ThreadPoolExecutor(len(shards)) as pool:
+            list(pool.map(work, range(len(shards))))
 
     seconds, _ = timed(all_shards)
     rows = sum(r.rows_deleted for r in results)
@@ -245,7 +247,7 @@ def main() -> int:
           f"= {o['ratio_outbox_vs_baseline']:.1f}x the baseline")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2))
-    print(f"\nraw figures: {args.json.relative_to(ROOT)}")
+    print(f"\nraw figures: {args.json}")
     return 0
 
 
