@@ -21,7 +21,7 @@ def key_ranges(conn: psycopg.Connection, range_size: int) -> list[KeyRange]:
         step = max(1, len(bounds) // wanted)
         cuts = bounds[step:len(bounds) - 1:step] if wanted > 1 else []
         edges: list[str | None] = [None, *cuts, None]
-        return list(zip(edges[:-1], edges[1:]))
+        return list(zip(edges[:-1], edges[1:], strict=True))
     ranges: list[KeyRange] = []
     lo = conn.execute(queries.load("blobs/select_first_blob_id")).fetchone()[0]
     while lo is not None:

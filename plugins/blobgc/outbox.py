@@ -125,8 +125,8 @@ def settle_batches(
         failures.update({(bucket, key): error for key, error in outcome.failed.items()})
     done = done_bytes = failed = 0
     for log_id, bucket, keys, sizes in rows:
-        ok = [(k, sz) for k, sz in zip(keys, sizes) if (bucket, k) not in failures]
-        bad = [(k, sz) for k, sz in zip(keys, sizes) if (bucket, k) in failures]
+        ok = [(k, sz) for k, sz in zip(keys, sizes, strict=True) if (bucket, k) not in failures]
+        bad = [(k, sz) for k, sz in zip(keys, sizes, strict=True) if (bucket, k) in failures]
         if not bad:
             conn.execute(queries.load("outbox/complete_owed_deletions"),
                          {"log_id": log_id, "run_id": run.run_id, "keys": keys})

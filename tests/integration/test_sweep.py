@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from blobgc.clients import s3_client
 from blobgc.key_space import split_key_space
@@ -171,7 +172,7 @@ def test_crash_between_db_commit_and_s3_leaves_deletions_owed_for_the_next_run(c
     sweep(conn, bucket, run)
     # The worker dies before S3 answers: here the S3 endpoint is unreachable.
     dead = s3_client("http://127.0.0.1:9", aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1")
-    with pytest.raises(Exception):
+    with pytest.raises(EndpointConnectionError):
         delete_owed_objects(conn, dead, run)
     assert existing(conn) == set()
     assert len(owed(conn)) == 6                        # rows gone, objects owed, nothing forgotten
