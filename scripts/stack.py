@@ -17,7 +17,6 @@ import os
 import pwd
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -420,6 +419,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    if not shutil.which("python3"):
-        raise SystemExit("python3 is required")
     sys.exit(main(sys.argv))
