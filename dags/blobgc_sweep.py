@@ -1,8 +1,9 @@
 """
 ### blobgc_sweep: delete blobs unused for longer than the grace (seed 000)
 
-Scheduled on the `blobgc_marked_blobs` Asset that `blobgc_mark` emits; it can also be triggered
-or backfilled by hand.
+Runs when `blobgc_mark` publishes the `blobgc_marked_blobs` Asset, and daily at 03:00 UTC in
+any case (so it can be backfilled with `airflow backfill create`, and owed deletions are retried
+even on a day the mark did not run). It can also be triggered by hand.
 
 1. **retry_owed_objects** first deletes any objects earlier runs still owe (S3 was down, a
    worker died after the database commit, or DeleteObjects reported per-key `Errors`).
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import Asset, Param, dag, get_current_context, task
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, get_current_context, task
 
 from blobgc.airflow_adapters import (
     DEFAULT_ARGS,
@@ -50,7 +51,9 @@ def drain_outbox() -> dict:
 
 @dag(
     dag_id="blobgc_sweep",
-    schedule=[Asset(MARKED_BLOBS)],
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=[Asset(MARKED_BLOBS)]
+    ),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
