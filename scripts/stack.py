@@ -288,7 +288,8 @@ def up_s3(env: dict[str, str]) -> None:
         if port_open(S3_PORT):
             raise SystemExit(f"[stack] port {S3_PORT} is taken by another process; set BLOBGC_S3_PORT")
         log(f"starting S3 (moto server) on {HOST}:{S3_PORT}")
-        spawn("s3", [str(VENV_BIN / "moto_server"), "-H", HOST, "-p", str(S3_PORT)], process_env(env))
+        spawn("s3", [str(VENV_BIN / "python"), str(ROOT / "scripts" / "s3_server.py"), "-H", HOST, "-p", str(S3_PORT)],
+              process_env(env))
         wait_for(lambda: port_open(S3_PORT), "S3 server", 60, LOGS / "s3.log")
     else:
         log(f"S3 already running (pid {pid}, port {S3_PORT})")

@@ -81,7 +81,7 @@ def delete_owed_objects(
     run: RunRef,
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
-    concurrency: int = 8,
+    concurrency: int = 4,
 ) -> DrainResult:
     """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 

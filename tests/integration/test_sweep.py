@@ -1,6 +1,7 @@
 """blobgc_sweep's library against the real PostgreSQL and S3 server: grace, races, outbox, dry run, batches."""
 from __future__ import annotations
 
+import json
 import random
 import threading
 from datetime import datetime, timedelta, timezone
@@ -305,3 +306,42 @@ def test_key_range_shards_split_the_work_without_overlap(conn, s3, bucket, analy
                                key_range=shard).rows_deleted for k, shard in enumerate(shards)]
     assert real == dry
     assert existing(conn) == set()
+
+
+def deny_deletes(s3, bucket: str, prefix: str) -> None:
+    """A bucket policy under which the S3 server refuses DeleteObject for keys under `prefix`."""
+    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject",
+                       "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"}],
+    }))
+
+
+def test_the_s3_server_refusing_keys_keeps_them_owed_until_allowed(conn, s3, bucket):
+    ids = make_blobs(conn, s3, bucket, 3)
+    set_unused_since(conn, ids, "3 days")
+    deny_deletes(s3, bucket, f"blobs/{ids[0]}/")
+    run = new_run(conn, "policy")
+    sweep(conn, bucket, run)
+    drained = delete_owed_objects(conn, s3, run)
+    assert drained.objects_deleted == 4 and drained.failed == 2
+    assert [(k, e) for k, _, e in owed(conn)] == [(k, "AccessDenied: Access Denied") for k in blob_object_keys(ids[0])]
+    assert object_keys(s3, bucket) == set(blob_object_keys(ids[0]))
+    s3.delete_bucket_policy(Bucket=bucket)
+    again = delete_owed_objects(conn, s3, new_run(conn, "policy-lifted"))
+    assert again.objects_deleted == 2 and again.owed_after == 0
+    assert object_keys(s3, bucket) == set()
+
+
+def test_local_s3_answers_quiet_delete_objects_with_errors_only(s3, bucket):
+    """scripts/s3_server.py: quiet mode lists errors only, as S3 does; loud mode lists every deletion."""
+    for key in ("a", "b", "locked/c"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    deny_deletes(s3, bucket, "locked/")
+    quiet = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "a"}, {"Key": "locked/c"}], "Quiet": True})
+    assert "Deleted" not in quiet
+    assert [(e["Key"], e["Code"]) for e in quiet["Errors"]] == [("locked/c", "AccessDenied")]
+    loud = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "b"}], "Quiet": False})
+    assert [d["Key"] for d in loud["Deleted"]] == ["b"]
+    assert object_keys(s3, bucket) == {"locked/c"}
+    s3.delete_bucket_policy(Bucket=bucket)
