@@ -91,7 +91,7 @@ def blobgc_sweep():
             result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(context, hours=params["grace_hours"]),
                                         bucket=blob_bucket(), batch_size=params["batch_size"],
                                         key_range=(shard[0], shard[1]))
-        return {k: v for k, v in vars(result).items() if k != "sample_keys"}
+        return result.counts()
 
     @task(pool=S3_POOL)
     def delete_owed_objects() -> dict:
@@ -101,8 +101,8 @@ def blobgc_sweep():
     def report(swept: list[dict], drained: dict) -> dict:
         from blobgc.runs import finish_run
 
-        totals = {key: sum(part[key] for part in swept) for key in ("rows_deleted", "objects_owed", "bytes_owed",
-                                                                     "kept_referenced", "batches")}
+        parts = list(swept)
+        totals = {key: sum(part[key] for part in parts) for key in parts[0]} if parts else {}
         with gc_task(get_current_context()) as (conn, run):
             return finish_run(conn, run, {"swept": totals, "objects": drained})
 

@@ -21,7 +21,8 @@ from blobgc.clients import pg_connect_from_env, s3_client_from_env
 from blobgc.pages import poll_page_usage
 from blobgc.sizes import human_bytes
 
-BUCKET = os.environ.get("BLOBGC_BUCKET", "blobgc")
+# the bucket the DAGs will sweep: Variable blobgc_bucket, as AIRFLOW_VAR_* or its default
+BUCKET = os.environ.get("AIRFLOW_VAR_BLOBGC_BUCKET", "blobgc")
 ROOT = Path(os.environ.get("BLOBGC_ROOT", Path(__file__).resolve().parents[2]))
 
 

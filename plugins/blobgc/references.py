@@ -44,7 +44,7 @@ class ReferenceSet:
     extra_sql: tuple[str, ...] = ()
 
     def describe(self) -> list[str]:
-        return refs_names(self.foreign_keys, self.extra_sql)
+        return [r.name for r in self.foreign_keys] + [f"extra[{i}]" for i in range(len(self.extra_sql))]
 
 
 def discover_references(
@@ -62,9 +62,6 @@ def discover_references(
     log.info("references to %s: %s", target, ", ".join(found.describe()) or "none")
     return found
 
-
-def refs_names(refs: Sequence[Reference], extra: Sequence[str]) -> list[str]:
-    return [r.name for r in refs] + [f"extra[{i}]" for i in range(len(extra))]
 
 
 def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> sql.Composable:

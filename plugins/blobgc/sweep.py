@@ -45,6 +45,10 @@ class SweepResult:
     batches: int = 0
     sample_keys: list[str] = field(default_factory=list)
 
+    def counts(self) -> dict[str, int]:
+        """The counters alone, for XCom and reports (the sample keys stay in the task log)."""
+        return {k: v for k, v in vars(self).items() if k != "sample_keys"}
+
 
 def delete_unreferenced(conn: psycopg.Connection, ids: list[str]) -> tuple[list[tuple[str, int | None]], list[str]]:
     """Delete `ids` inside a savepoint; when a reference makes the DELETE fail, split the batch.
