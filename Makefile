@@ -46,7 +46,7 @@ test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit tests/dags $(PYTEST_ARGS)
 
 bench: up
-	source $(ENV) && python bench/mark_sweep.py
+	source $(ENV) && python bench/mark_sweep.py && python bench/paste_expiry.py
 
 compose-check:
 	docker-compose -f docker-compose.yaml config --quiet

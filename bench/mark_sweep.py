@@ -18,29 +18,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg
-from psycopg.conninfo import make_conninfo
+from bench_database import ROOT, fresh_database, timed, vacuum
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "plugins"))
-
-from blobgc.clients import pg_connect, require_env, s3_client_from_env  # noqa: E402
+from blobgc.clients import pg_connect, s3_client_from_env  # noqa: E402
 from blobgc.key_space import split_key_space  # noqa: E402
 from blobgc.mark import mark_unused_blobs  # noqa: E402
-from blobgc.migrate import apply_migrations  # noqa: E402
 from blobgc.objects import delete_objects_in_batches  # noqa: E402
 from blobgc.outbox import delete_owed_objects, record_deletions  # noqa: E402
 from blobgc.references import discover_references  # noqa: E402
 from blobgc.runs import RunRef, ensure_run  # noqa: E402
 from blobgc.sweep import sweep_unused_blobs  # noqa: E402
 
-BENCH_DB = "blobgc_bench"
 MARK_WORKERS = 2  # blobgc_mark's default: key ranges marked on two connections at once
 
 # Blob i is attached to a post when i % 10 < 5 and used by a page when 3 <= i % 10 < 7:
@@ -64,29 +57,6 @@ SELECT substr(md5(g::text), 1, 11), 'p' || (g / 10) FROM generate_series(1, %(n)
 INSERT INTO "PageUsingBlob" ("blobID", "url")
 SELECT substr(md5(g::text), 1, 11), '/page/' || g FROM generate_series(1, %(n)s) g WHERE g %% 10 BETWEEN 3 AND 6;
 """
-
-
-def fresh_database() -> str:
-    admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    dsn = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname=BENCH_DB)
-    with psycopg.connect(dsn) as conn:
-        apply_migrations(conn)
-        conn.execute((ROOT / "bench" / "seed000_schema.sql").read_text())
-    return dsn
-
-
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - start, value
-
-
-def vacuum(conn, *tables: str) -> None:
-    for table in tables:
-        conn.execute(f"VACUUM ANALYZE {table}")
 
 
 def bench_mark(dsn: str, n: int) -> dict:
@@ -214,7 +184,7 @@ def main() -> int:
     results: dict = {"mark": [], "when": datetime.now(timezone.utc).isoformat()}
     dsn = ""
     for n in scales:
-        dsn = fresh_database()
+        dsn = fresh_database(ROOT / "bench" / "seed000_schema.sql")
         print(f"mark, {n:,} blobs (70% referenced through 2 tables) ...", flush=True)
         results["mark"].append(bench_mark(dsn, n))
     print("sweep, database side ...", flush=True)

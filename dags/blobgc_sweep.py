@@ -32,21 +32,12 @@ from blobgc.airflow_adapters import (
     blob_bucket,
     cutoff,
     destructive_params,
+    drain_owed_objects,
     extra_blob_references,
     gc_task,
-    s3_client,
 )
 
 MARKED_BLOBS = "blobgc_marked_blobs"
-
-
-def drain_outbox() -> dict:
-    from blobgc.outbox import delete_owed_objects
-
-    context = get_current_context()
-    with gc_task(context) as (conn, run):
-        result = delete_owed_objects(conn, s3_client(), run, batch_size=context["params"]["batch_size"])
-    return vars(result)
 
 
 @dag(
@@ -69,7 +60,7 @@ def drain_outbox() -> dict:
 def blobgc_sweep():
     @task(pool=S3_POOL)
     def retry_owed_objects() -> dict:
-        return drain_outbox()
+        return drain_owed_objects(get_current_context())
 
     @task
     def plan_shards() -> list[list[str | None]]:
@@ -95,7 +86,7 @@ def blobgc_sweep():
 
     @task(pool=S3_POOL)
     def delete_owed_objects() -> dict:
-        return drain_outbox()
+        return drain_owed_objects(get_current_context())
 
     @task
     def report(swept: list[dict], drained: dict) -> dict:

@@ -8,14 +8,26 @@ wrapper drops the `Deleted` list when the request asked for quiet mode, and only
 are always returned. Everything else is moto's own server, with its own arguments:
 
     python scripts/s3_server.py -H 127.0.0.1 -p 59000
+
+Benchmark fixtures: moto stores about 150 PUTs/s here, so loading the half million objects a
+benchmark deletes would take most of an hour. `POST /_blobgc/bulk-put?bucket=NAME` with a body of
+`key<TAB>size` lines stores each object (`size` bytes) straight into moto's backend, as a PUT
+would, and answers with the count. It exists only in this local server (loopback, never in
+production) and only loads data: every deletion a benchmark measures goes through the S3 API.
 """
 from __future__ import annotations
 
 import re
 import sys
 
+import moto.server
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+from moto.s3.models import s3_backends
 from moto.s3.responses import S3Response
-from moto.server import main
+from werkzeug.wrappers import Request, Response
+
+BULK_PUT_PATH = "/_blobgc/bulk-put"
 
 QUIET = re.compile(rb"<Quiet>\s*true\s*</Quiet>", re.IGNORECASE)
 moto_delete_keys = S3Response._bucket_response_delete_keys
@@ -42,5 +54,28 @@ def delete_keys_honouring_quiet(self: S3Response, bucket_name: str, authenticate
 
 S3Response._bucket_response_delete_keys = delete_keys_honouring_quiet
 
+
+class WithBulkPut(DomainDispatcherApplication):
+    """moto's WSGI application, plus the benchmark fixture loader at BULK_PUT_PATH."""
+
+    def __call__(self, environ, start_response):
+        if environ.get("PATH_INFO") != BULK_PUT_PATH:
+            return super().__call__(environ, start_response)
+        request = Request(environ)
+        bucket = request.args.get("bucket", "")
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        stored = 0
+        try:
+            for line in request.get_data().splitlines():
+                key, size = line.decode().rsplit("\t", 1)
+                backend.put_object(bucket, key, key.encode()[:1] * int(size))
+                stored += 1
+        except Exception as error:  # noqa: BLE001 - report any fixture error to the caller
+            return Response(f"bulk put failed after {stored} objects: {error!r}", 400)(environ, start_response)
+        return Response(str(stored), 200)(environ, start_response)
+
+
+moto.server.DomainDispatcherApplication = WithBulkPut
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(moto.server.main())

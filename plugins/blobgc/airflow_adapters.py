@@ -6,6 +6,7 @@ functions inside their tasks.
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -81,6 +82,11 @@ def blob_bucket() -> str:
     return variable("blobgc_bucket", "blobgc")
 
 
+def paste_redis_prefix() -> str:
+    """The prefix of seed 002's cache keys in Redis: Variable `blobgc_paste_redis_prefix`, default empty."""
+    return variable("blobgc_paste_redis_prefix", "")
+
+
 def extra_blob_references() -> list[str]:
     """Declared non-foreign-key references: Variable `blobgc_extra_blob_references`, a JSON list of SELECTs."""
     value = variable("blobgc_extra_blob_references", [], json_value=True)
@@ -110,27 +116,36 @@ def run_ref(context: dict[str, Any]) -> RunRef:
 
 
 # ---------------------------------------------------------------- DAG wiring shared by every blobgc DAG
+# Deployment knobs read from the environment at parse time (never from the metadata database):
+# BLOBGC_TASK_RETRIES (default 3) and BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry).
 DEFAULT_ARGS: dict[str, Any] = {
     "owner": "blobgc",
-    "retries": 3,
-    "retry_delay": timedelta(seconds=30),
+    "retries": int(os.environ.get("BLOBGC_TASK_RETRIES", "3")),
+    "retry_delay": timedelta(seconds=float(os.environ.get("BLOBGC_RETRY_DELAY_SECONDS", "30"))),
     "retry_exponential_backoff": 2.0,  # 30 s, 60 s, 120 s ...
     "max_retry_delay": timedelta(minutes=15),
     "execution_timeout": timedelta(hours=2),
 }
 
 
-def destructive_params(grace_name: str, grace_default: int, grace_description: str, **extra: Any) -> dict[str, Any]:
-    """The Params every deleting DAG takes (CONTRACT §4): dry_run, batch_size and its own grace."""
+def deleting_params(**extra: Any) -> dict[str, Any]:
+    """The Params every deleting DAG takes (CONTRACT §4): dry_run and batch_size, plus `extra`."""
     from airflow.sdk import Param
 
     return {
         "dry_run": Param(False, type="boolean", description="Report what would be deleted and delete nothing."),
         "batch_size": Param(1000, type="integer", minimum=1, maximum=1000,
                             description="Rows per transaction and keys per S3 DeleteObjects call (at most 1000)."),
-        grace_name: Param(grace_default, type="integer", minimum=0, description=grace_description),
         **extra,
     }
+
+
+def destructive_params(grace_name: str, grace_default: int, grace_description: str, **extra: Any) -> dict[str, Any]:
+    """`deleting_params` with the DAG's own grace Param."""
+    from airflow.sdk import Param
+
+    return deleting_params(**{grace_name: Param(grace_default, type="integer", minimum=0,
+                                                description=grace_description)}, **extra)
 
 
 @contextmanager
@@ -142,3 +157,16 @@ def gc_task(context: dict[str, Any]):
     with pg_connection() as conn:
         ensure_run(conn, run, reference_time(context))
         yield conn, run
+
+
+OUTBOX_DRAINS = 2  # drains side by side: one's database work overlaps the other's S3 calls
+
+
+def drain_owed_objects(context: dict[str, Any]) -> dict[str, int]:
+    """The body of every `delete_owed_objects` task: delete what the DAG owes in S3, settle the outbox."""
+    from blobgc.outbox import delete_owed_objects
+
+    with gc_task(context) as (conn, run):
+        result = delete_owed_objects(conn, s3_client(), run, batch_size=context["params"]["batch_size"],
+                                     workers=OUTBOX_DRAINS, connect=pg_connector())
+    return vars(result)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -55,13 +55,41 @@ def load_seed_000(conn: psycopg.Connection, s3) -> str:
             "6 unused for 3 days, 6 fresh unreferenced")
 
 
-DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [load_seed_000]
+def load_seed_002(conn: psycopg.Connection, s3) -> str:
+    """Pastes through the application's write path: shared content, expired and live, cached in Redis."""
+    from blobgc.clients import redis_from_env
+    from blobgc.pastes import create_paste
+
+    redis = redis_from_env()
+    prefix = os.environ.get("AIRFLOW_VAR_BLOBGC_PASTE_REDIS_PREFIX", "")
+    now = datetime.now(timezone.utc)
+
+    def paste(text: str, hours: float) -> None:
+        create_paste(conn, s3, redis, bucket=BUCKET, content=text.encode() * 40, redis_prefix=prefix,
+                     expires_at=now + timedelta(hours=hours))
+
+    for i in range(4):  # seed 002's example: A expires today, B (same content) next month
+        paste(f"shared snippet {i}\n", -2)
+        paste(f"shared snippet {i}\n", 24 * 30)
+    for i in range(6):
+        paste(f"expired snippet {i}\n", -1 - i)
+    for _ in range(3):
+        paste("duplicate, all expired\n", -3)
+    for i in range(5):
+        paste(f"live snippet {i}\n", 24 * 7)
+    return ("seed 002: 4 contents shared by an expired and a live paste, 6 expired pastes, "
+            "3 expired pastes of one content, 5 live pastes (all cached in Redis)")
+
+
+DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [load_seed_000, load_seed_002]
 
 # Every DAG, in the order the demo runs them, with the conf of each run.
 DEMO_RUNS: list[tuple[str, dict]] = [
     ("blobgc_mark", {}),
     ("blobgc_sweep", {"dry_run": True}),
     ("blobgc_sweep", {}),
+    ("blobgc_paste_expiry", {"dry_run": True}),
+    ("blobgc_paste_expiry", {}),
 ]
 
 

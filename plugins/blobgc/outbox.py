@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
 import psycopg
@@ -19,6 +21,12 @@ from blobgc.runs import RunRef, add_counts
 from blobgc.sizes import human_bytes
 
 log = logging.getLogger(__name__)
+
+# The deletion-log source of seed 002's content objects (`blobgc.pastes`).
+PASTE_CONTENT_SOURCE = "app.content"
+# Given a draining transaction and the claimed keys of one source, yields the keys that must be kept
+# and holds the rest so that no new row can claim them until the transaction ends.
+KeyGuard = Callable[[psycopg.Connection, list[str]], AbstractContextManager[set[str]]]
 
 
 @dataclass
@@ -59,8 +67,12 @@ def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int]:
     return int(row[0]), int(row[1]), int(row[2])
 
 
-def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> list[tuple]:
-    """Lock the next owed log rows of `dag_id` after `after`, about `max_keys` keys in all (at least one row)."""
+def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> tuple[list[tuple], int]:
+    """Lock the next owed log rows of `dag_id` after `after`, about `max_keys` keys in all (at least one row).
+
+    Returns the claimed rows and the log id to continue after. Rows another drain holds are
+    skipped; with no owed row left, the position returned is 0.
+    """
     candidates = conn.execute(queries.load("outbox/select_owed_batches"), {"dag_id": dag_id, "after": after}).fetchall()
     picked: list[int] = []
     total = 0
@@ -70,9 +82,10 @@ def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_ke
         picked.append(log_id)
         total += n_keys
     if not picked:
-        return []
+        return [], 0
     # binary results: thousands of keys per row parse much faster than text arrays
-    return conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}, binary=True).fetchall()
+    rows = conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}, binary=True).fetchall()
+    return rows, picked[-1]
 
 
 def delete_owed_objects(
@@ -82,10 +95,14 @@ def delete_owed_objects(
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
     concurrency: int = 4,
+    workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
 ) -> DrainResult:
     """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 
-    One transaction claims about `concurrency * batch_size` keys and settles them.
+    One transaction claims about `concurrency * batch_size` keys and settles them. With `workers`
+    > 1, that many drains run side by side on connections from `connect`, claiming disjoint log rows
+    (SKIP LOCKED), so one drain's database work overlaps another's S3 calls.
 
     Each owed key is tried once per call; keys S3 refuses stay owed (with their errors) for the
     next call. An S3 outage raises with the current batch rolled back (still owed), so a retry of
@@ -93,51 +110,96 @@ def delete_owed_objects(
     """
     result = DrainResult()
     if not run.dry_run:
-        after = 0
-        while True:
-            with conn.transaction():
-                rows = claim_owed_batches(conn, run.dag_id, after, batch_size * concurrency)
-                if not rows:
-                    break
-                after = rows[-1][0]
-                done, done_bytes, failed = settle_batches(conn, s3, run, rows, batch_size, concurrency)
-                add_counts(conn, run, objects=done, bytes_=done_bytes)
-            result.objects_deleted += done
-            result.bytes_reclaimed += done_bytes
-            result.failed += failed
-            log.info("deleted %d objects (%s) owed by %s; %d failed and stay owed",
-                     done, human_bytes(done_bytes), run.dag_id, failed)
+        if workers > 1 and connect is not None:
+
+            def drain_on_own_connection(_: int) -> DrainResult:
+                with connect() as own:
+                    return drain(own, s3, run, batch_size, concurrency)
+
+            with ThreadPoolExecutor(workers) as pool:
+                parts = list(pool.map(drain_on_own_connection, range(workers)))
+        else:
+            parts = [drain(conn, s3, run, batch_size, concurrency)]
+        for part in parts:
+            result.objects_deleted += part.objects_deleted
+            result.bytes_reclaimed += part.bytes_reclaimed
+            result.failed += part.failed
     result.owed_after = owed_summary(conn, run.dag_id)[0]
     return result
+
+
+def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int) -> DrainResult:
+    """One drain over the owed log rows, in log order, skipping rows another drain holds."""
+    result = DrainResult()
+    after = 0
+    while True:
+        with conn.transaction():
+            rows, after = claim_owed_batches(conn, run.dag_id, after, batch_size * concurrency)
+            if not rows:
+                if after == 0:
+                    break
+                continue  # another drain holds these rows; go on after them
+            done, done_bytes, failed = settle_batches(conn, s3, run, rows, batch_size, concurrency)
+            add_counts(conn, run, objects=done, bytes_=done_bytes)
+        result.objects_deleted += done
+        result.bytes_reclaimed += done_bytes
+        result.failed += failed
+        log.info("deleted %d objects (%s) owed by %s; %d failed and stay owed",
+                 done, human_bytes(done_bytes), run.dag_id, failed)
+    return result
+
+
+def key_guard(source: str) -> KeyGuard | None:
+    """The guard of a source whose keys can be needed again after they were owed, or None.
+
+    Seed 002's `pastes/{content_hash}` is one: identical content re-uploaded after its old row was
+    deleted creates a new row under the same key, and the owed deletion must then keep the object.
+    """
+    if source == PASTE_CONTENT_SOURCE:
+        from blobgc.pastes import hold_unneeded_contents
+
+        return hold_unneeded_contents
+    return None
 
 
 def settle_batches(
     conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int
 ) -> tuple[int, int, int]:
-    """Delete the claimed rows' keys (DeleteObjects per bucket) and settle each row; return (done, bytes, failed)."""
-    by_bucket: dict[str, list[str]] = defaultdict(list)
-    for _log_id, bucket, keys, _sizes in rows:
-        by_bucket[bucket].extend(keys)
+    """Delete the claimed rows' keys (DeleteObjects per bucket and source) and settle each row.
+
+    A source's key guard (`key_guard`) first sets aside the keys a new row needs again; those are
+    settled as kept, not deleted, and the guard holds the others until this transaction ends.
+    Returns (deleted, their bytes, failed).
+    """
+    by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for _log_id, bucket, source, keys, _sizes in rows:
+        by_group[(bucket, source)].extend(keys)
     failures: dict[tuple[str, str], str] = {}
-    for bucket, keys in by_bucket.items():
-        outcome = delete_objects_in_batches(s3, bucket, keys, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
-                                            concurrency=concurrency)
-        failures.update({(bucket, key): error for key, error in outcome.failed.items()})
+    kept: set[tuple[str, str]] = set()
+    with ExitStack() as guards:
+        for (bucket, source), keys in by_group.items():
+            guard = key_guard(source)
+            needed: set[str] = guards.enter_context(guard(conn, keys)) if guard else set()
+            kept.update((bucket, key) for key in needed)
+            outcome = delete_objects_in_batches(s3, bucket, [k for k in keys if k not in needed],
+                                                batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+                                                concurrency=concurrency)
+            failures.update({(bucket, key): error for key, error in outcome.failed.items()})
     done = done_bytes = failed = 0
-    for log_id, bucket, keys, sizes in rows:
-        ok = [(k, sz) for k, sz in zip(keys, sizes, strict=True) if (bucket, k) not in failures]
-        bad = [(k, sz) for k, sz in zip(keys, sizes, strict=True) if (bucket, k) in failures]
-        if not bad:
-            conn.execute(queries.load("outbox/complete_owed_deletions"),
-                         {"log_id": log_id, "run_id": run.run_id, "keys": keys})
-        else:
-            conn.execute(queries.load("outbox/record_failed_deletions"), {
-                "log_id": log_id, "run_id": run.run_id,
-                "failed_keys": [k for k, _ in bad], "failed_sizes": [sz for _, sz in bad],
-                "done_keys": [k for k, _ in ok],
-                "errors": json.dumps({k: failures[(bucket, k)] for k, _ in bad}),
-            })
+    for log_id, bucket, _source, keys, sizes in rows:
+        pairs = list(zip(keys, sizes, strict=True))
+        ok = [(k, sz) for k, sz in pairs if (bucket, k) not in failures and (bucket, k) not in kept]
+        bad = [(k, sz) for k, sz in pairs if (bucket, k) in failures]
+        conn.execute(queries.load("outbox/settle_owed_deletions"), {
+            "log_id": log_id, "run_id": run.run_id,
+            "failed_keys": [k for k, _ in bad], "failed_sizes": [sz for _, sz in bad],
+            "errors": json.dumps({k: failures[(bucket, k)] for k, _ in bad}) if bad else None,
+            "done_keys": [k for k, _ in ok],
+            "kept_keys": [k for k, _ in pairs if (bucket, k) in kept],
+        })
         done += len(ok)
         done_bytes += sum(sz or 0 for _, sz in ok)
         failed += len(bad)
+    if kept:
+        log.info("kept %d owed objects that new rows need again", len(kept))
     return done, done_bytes, failed

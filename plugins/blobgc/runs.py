@@ -42,6 +42,14 @@ def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects:
         )
 
 
+def set_counts(conn: psycopg.Connection, run: RunRef, *, rows: int, objects: int, bytes_: int) -> None:
+    """Set the run's counters outright: for a dry run's report, computed whole in one transaction."""
+    conn.execute(
+        queries.load("runs/set_run_counts"),
+        {"dag_id": run.dag_id, "run_id": run.run_id, "rows": rows, "objects": objects, "bytes": bytes_},
+    )
+
+
 def finish_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """Stamp the run finished, merge `details` into its report, and return its totals."""
     with conn.transaction():

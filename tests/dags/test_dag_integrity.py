@@ -12,8 +12,11 @@ DAGS = ROOT / "dags"
 EXPECTED_TASKS = {
     "blobgc_mark": {"remove_stale_page_usages", "mark_blobs", "publish_marks"},
     "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
+    "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
 }
-GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24)}
+# CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace)
+GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
+                "blobgc_paste_expiry": (None, None)}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,8 @@ def test_destructive_dag_params(dagbag, dag_id):
     assert params["dry_run"] is False
     assert params["batch_size"] == 1000
     grace, default = GRACE_PARAMS[dag_id]
-    assert params[grace] == default
+    if grace is not None:
+        assert params[grace] == default
 
 
 def test_batch_size_over_1000_is_rejected(dagbag):
@@ -79,6 +83,16 @@ def test_s3_tasks_use_the_s3_pool(dagbag):
     sweep = dagbag.dags["blobgc_sweep"]
     for task_id in ("retry_owed_objects", "delete_owed_objects"):
         assert sweep.get_task(task_id).pool == "blobgc_s3"
+    assert dagbag.dags["blobgc_paste_expiry"].get_task("delete_owed_objects").pool == "blobgc_s3"
+
+
+def test_paste_expiry_steps_are_separate_tasks_in_order(dagbag):
+    """Database batch, S3 deletions and Redis purge are separate tasks, joined through PostgreSQL."""
+    dag = dagbag.dags["blobgc_paste_expiry"]
+    assert dag.get_task("check_ref_counts").downstream_task_ids >= {"plan_expiry"}
+    assert dag.get_task("plan_expiry").downstream_task_ids >= {"expire_pastes"}
+    assert dag.get_task("expire_pastes").downstream_task_ids >= {"delete_owed_objects", "purge_cache_keys"}
+    assert "purge_cache_keys" not in dag.get_task("delete_owed_objects").downstream_task_ids
 
 
 def test_dag_files_do_no_work_at_import():

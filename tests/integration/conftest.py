@@ -23,8 +23,8 @@ from blobgc.sweep import blob_object_keys
 ROOT = Path(__file__).resolve().parents[2]
 TEST_DB = "blobgc_test"
 RESET = """
-TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob,
-         blobgc.outbox, blobgc.deletion_log, blobgc.run RESTART IDENTITY CASCADE
+TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
+         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.run RESTART IDENTITY CASCADE
 """
 
 
@@ -102,6 +102,21 @@ def bucket(s3):
     s3.delete_bucket(Bucket=name)
 
 
+@pytest.fixture
+def redis(stack):
+    return redis_from_env()
+
+
+@pytest.fixture
+def redis_prefix(redis):
+    """A key prefix of the test's own in the shared Redis (Variable blobgc_paste_redis_prefix in DAG runs)."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    keys = list(redis.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        redis.delete(*keys)
+
+
 def make_blobs(conn, s3, bucket: str, n: int, *, prefix: str = "b", size: int = 100,
                thumbnails: bool = True) -> list[str]:
     """Create `n` blobs the way the application does: objects first (in parallel), then the rows."""
@@ -134,6 +149,10 @@ def set_unused_since(conn, ids: list[str], age: str) -> None:
 def object_keys(s3, bucket: str) -> set[str]:
     return {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
             for o in page.get("Contents", [])}
+
+
+def cached_keys(redis, prefix: str) -> set[str]:
+    return {k.decode() for k in redis.scan_iter(match=f"{prefix}*", count=1000)}
 
 
 def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:

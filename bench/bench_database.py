@@ -1,0 +1,43 @@
+"""What every benchmark under bench/ shares: a fresh, migrated database on the local stack, and timing."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "plugins"))
+
+from blobgc.clients import require_env  # noqa: E402
+from blobgc.migrate import apply_migrations  # noqa: E402
+
+BENCH_DB = "blobgc_bench"
+
+
+def fresh_database(*extra_sql: Path) -> str:
+    """Drop and recreate the benchmark database on the stack's PostgreSQL, migrate it, run `extra_sql`."""
+    admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    dsn = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname=BENCH_DB)
+    with psycopg.connect(dsn) as conn:
+        apply_migrations(conn)
+        for path in extra_sql:
+            conn.execute(path.read_text())
+    return dsn
+
+
+def timed(fn):
+    """(seconds, value) of calling `fn`."""
+    start = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - start, value
+
+
+def vacuum(conn, *tables: str) -> None:
+    for table in tables:
+        conn.execute(f"VACUUM ANALYZE {table}")
