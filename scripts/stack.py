@@ -312,6 +312,9 @@ def airflow_health() -> bool:
         return False
 
 
+POOLS = [("blobgc_s3", 4, "S3 batch deletes (blobgc)"), ("blobgc_http", 4, "partner photo downloads (blobgc_crawler)")]
+
+
 def up_airflow(env: dict[str, str]) -> None:
     home = Path(env["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
@@ -329,8 +332,9 @@ def up_airflow(env: dict[str, str]) -> None:
     log("airflow db migrate")
     with open(LOGS / "airflow-migrate.log", "ab") as out:
         subprocess.run([airflow, "db", "migrate"], env=penv, check=True, stdout=out, stderr=subprocess.STDOUT)
-    subprocess.run([airflow, "pools", "set", "blobgc_s3", "4", "S3 batch deletes (blobgc)"],
-                   env=penv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for name, slots, description in POOLS:
+        subprocess.run([airflow, "pools", "set", name, str(slots), description],
+                       env=penv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for component in AIRFLOW_COMPONENTS:
         if running[component]:
             continue

@@ -21,6 +21,7 @@ PG_CONN_ID = "blobgc_postgres"
 S3_CONN_ID = "blobgc_s3"
 REDIS_CONN_ID = "blobgc_redis"
 S3_POOL = "blobgc_s3"
+HTTP_POOL = "blobgc_http"
 
 
 def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
@@ -85,6 +86,26 @@ def blob_bucket() -> str:
 def paste_redis_prefix() -> str:
     """The prefix of seed 002's cache keys in Redis: Variable `blobgc_paste_redis_prefix`, default empty."""
     return variable("blobgc_paste_redis_prefix", "")
+
+
+def image_settings():
+    """Seed 001's cutting and storage: Variables blobgc_image_sizes, blobgc_image_watermark, blobgc_bucket."""
+    from blobgc.image_processing import DEFAULT_SIZES, Watermark
+    from blobgc.images import ImageSettings
+
+    sizes = variable("blobgc_image_sizes", DEFAULT_SIZES, json_value=True)
+    if (not isinstance(sizes, dict) or not sizes
+            or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, int) and v >= 0
+                       for k, v in sizes.items())):
+        raise ValueError('Variable blobgc_image_sizes must be a JSON object of size name -> longest edge in pixels '
+                         '(0 = unscaled), e.g. {"orig": 0, "big": 1280, "medium": 640, "thumb": 160}')
+    mark = variable("blobgc_image_watermark", None, json_value=True)
+    watermark = None
+    if mark:
+        if not isinstance(mark, dict) or not isinstance(mark.get("text"), str):
+            raise ValueError('Variable blobgc_image_watermark must be empty or {"text": str, "min_edge": int}')
+        watermark = Watermark(mark["text"], int(mark.get("min_edge", 640)))
+    return ImageSettings(bucket=blob_bucket(), sizes=sizes, watermark=watermark)
 
 
 def extra_blob_references() -> list[str]:

@@ -4,10 +4,12 @@ Run with the local stack's environment: `source .blobgc/env && python -m blobgc.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -81,15 +83,86 @@ def load_seed_002(conn: psycopg.Connection, s3) -> str:
             "3 expired pastes of one content, 5 live pastes (all cached in Redis)")
 
 
-DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [load_seed_000, load_seed_002]
+class DemoPartnerSite:
+    """A partner site on loopback for the crawler's demo run: /photo/<n>.jpg is a generated photo, anything else 404."""
 
-# Every DAG, in the order the demo runs them, with the conf of each run.
-DEMO_RUNS: list[tuple[str, dict]] = [
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                name = self.path.rsplit("/", 1)[-1]
+                if not (self.path.startswith("/photo/") and name.endswith(".jpg") and name[:-4].isdigit()):
+                    self.send_error(404)
+                    return
+                body = demo_photo(int(name[:-4]))
+                self.send_response(200)
+                self.send_header("Content-Type", "image/jpeg")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+
+def demo_photo(n: int) -> bytes:
+    from PIL import Image
+
+    image = Image.new("RGB", (1600, 1200), ((n * 67) % 256, (n * 29) % 256, 160))
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
+PARTNER_SITE: DemoPartnerSite | None = None
+
+
+def load_seed_001(conn: psycopg.Connection, s3) -> str:
+    """Offers with photos (pre-uploaded and attached), rotten unbound photos, and a partner site to crawl."""
+    global PARTNER_SITE
+    from blobgc.images import ImageSettings, attach_images, pre_upload
+
+    settings = ImageSettings(bucket=BUCKET)
+    with conn.transaction():
+        for offer_id in (1, 2, 3):
+            conn.execute(queries.load("demo/insert_offer"), {"id": offer_id, "title": f"Demo car {offer_id}"})
+    photos = [pre_upload(conn, s3, settings, demo_photo(n)) for n in range(1, 6)]
+    attach_images(conn, 1, photos[:2])
+    attach_images(conn, 2, photos[2:4])
+    with conn.transaction():  # offer 2 is sold: its photos are unbound by ON DELETE SET NULL
+        conn.execute(queries.load("demo/delete_offer"), {"id": 2})
+        conn.execute(queries.load("demo/backdate_unbound_images"), {"age": "20 days"})
+    PARTNER_SITE = DemoPartnerSite()
+    return ("seed 001: offer 1 with 2 photos, offer 2 sold 20 days ago (2 photos unbound), 1 photo pre-uploaded "
+            "and never attached (20 days), a partner site for the crawler")
+
+
+def crawler_conf() -> dict:
+    assert PARTNER_SITE is not None, "load_seed_001 starts the partner site"
+    return {"requests": [{"offer_id": 3, "urls": [PARTNER_SITE.url("/photo/11.jpg"), PARTNER_SITE.url("/photo/12.jpg"),
+                                                  PARTNER_SITE.url("/gone.jpg")]},
+                         {"offer_id": 1, "urls": [PARTNER_SITE.url("/photo/11.jpg")]}]}
+
+
+DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [load_seed_000, load_seed_001, load_seed_002]
+
+# Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
+DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_mark", {}),
     ("blobgc_sweep", {"dry_run": True}),
     ("blobgc_sweep", {}),
     ("blobgc_paste_expiry", {"dry_run": True}),
     ("blobgc_paste_expiry", {}),
+    ("blobgc_crawler", crawler_conf),
+    ("blobgc_image_cleanup", {"dry_run": True}),
+    ("blobgc_image_cleanup", {}),
 ]
 
 
@@ -100,7 +173,8 @@ def run_dag(dag_id: str, conf: dict) -> bool:
         proc = subprocess.run(["airflow", "dags", "test", dag_id, "-c", json.dumps(conf)],
                               stdout=out, stderr=subprocess.STDOUT)
     ok = proc.returncode == 0
-    print(f"  {dag_id:<28} conf={json.dumps(conf):<20} {'ok' if ok else 'FAILED'} "
+    shown = json.dumps(conf) if len(json.dumps(conf)) <= 20 else json.dumps(conf)[:16] + "...}"
+    print(f"  {dag_id:<28} conf={shown:<20} {'ok' if ok else 'FAILED'} "
           f"in {time.monotonic() - started:.1f}s (log: {logfile.relative_to(ROOT)})", flush=True)
     return ok
 
@@ -124,7 +198,7 @@ def main() -> int:
         for loader in DEMO_LOADERS:
             print(f"  {loader(conn, s3)}")
         print("Running every DAG once (airflow dags test)")
-        ok = all([run_dag(dag_id, conf) for dag_id, conf in DEMO_RUNS])
+        ok = all([run_dag(dag_id, conf() if callable(conf) else conf) for dag_id, conf in DEMO_RUNS])
         print_summary(conn, since)
     port = os.environ.get("AIRFLOW__API__PORT", "8080")
     print(f"\nAirflow UI: http://localhost:{port}  (user admin, password admin)")

@@ -22,8 +22,10 @@ from blobgc.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
-# The deletion-log source of seed 002's content objects (`blobgc.pastes`).
+# The deletion-log sources whose keys can be needed again: seed 002's content objects (`blobgc.pastes`)
+# and seed 001's image files (`blobgc.images`).
 PASTE_CONTENT_SOURCE = "app.content"
+IMAGE_SOURCE = "app.image"
 # Given a draining transaction and the claimed keys of one source, yields the keys that must be kept
 # and holds the rest so that no new row can claim them until the transaction ends.
 KeyGuard = Callable[[psycopg.Connection, list[str]], AbstractContextManager[set[str]]]
@@ -154,11 +156,16 @@ def key_guard(source: str) -> KeyGuard | None:
 
     Seed 002's `pastes/{content_hash}` is one: identical content re-uploaded after its old row was
     deleted creates a new row under the same key, and the owed deletion must then keep the object.
+    Seed 001's image files are another: a new row can reuse an image id whose last row was deleted.
     """
     if source == PASTE_CONTENT_SOURCE:
         from blobgc.pastes import hold_unneeded_contents
 
         return hold_unneeded_contents
+    if source == IMAGE_SOURCE:
+        from blobgc.images import hold_unreferenced_images
+
+        return hold_unreferenced_images
     return None
 
 

@@ -12,11 +12,13 @@ DAGS = ROOT / "dags"
 EXPECTED_TASKS = {
     "blobgc_mark": {"remove_stale_page_usages", "mark_blobs", "publish_marks"},
     "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
+    "blobgc_crawler": {"stage_requests", "crawl_batch", "report"},
+    "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
 }
 # CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace)
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
-                "blobgc_paste_expiry": (None, None)}
+                "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14)}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +86,13 @@ def test_s3_tasks_use_the_s3_pool(dagbag):
     for task_id in ("retry_owed_objects", "delete_owed_objects"):
         assert sweep.get_task(task_id).pool == "blobgc_s3"
     assert dagbag.dags["blobgc_paste_expiry"].get_task("delete_owed_objects").pool == "blobgc_s3"
+    assert dagbag.dags["blobgc_image_cleanup"].get_task("delete_owed_objects").pool == "blobgc_s3"
+    assert dagbag.dags["blobgc_crawler"].get_task("crawl_batch").pool == "blobgc_http"
+
+
+def test_crawler_params(dagbag):
+    params = dagbag.dags["blobgc_crawler"].params
+    assert params["cache_days"] == 14 and params["requests"] is None
 
 
 def test_paste_expiry_steps_are_separate_tasks_in_order(dagbag):

@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_DB = "blobgc_test"
 RESET = """
 TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
-         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.run RESTART IDENTITY CASCADE
+         app.crawl_request, app.image, app.offer,
+         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file, blobgc.run
+         RESTART IDENTITY CASCADE
 """
 
 
