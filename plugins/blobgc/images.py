@@ -33,7 +33,7 @@ from itertools import groupby
 import psycopg
 
 from blobgc import queries
-from blobgc.downloads import DEFAULT_POLICY, DownloadFailed, DownloadPolicy, download
+from blobgc.downloads import DEFAULT_MAX_BYTES, DEFAULT_POLICY, DownloadFailed, DownloadPolicy, download
 from blobgc.image_processing import DEFAULT_MAX_PIXELS, DEFAULT_SIZES, EXT, ImageRejected, Watermark, render_sizes
 from blobgc.objects import delete_objects_in_batches
 from blobgc.outbox import IMAGE_SOURCE, record_deletions
@@ -119,6 +119,7 @@ class ImageSettings:
     sizes: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_SIZES))
     watermark: Watermark | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_upload_bytes: int = DEFAULT_MAX_BYTES
 
 
 def store_new_image(
@@ -187,6 +188,9 @@ def pre_upload(conn: psycopg.Connection, s3, settings: ImageSettings, body: byte
     or an unbound row with the same image id is added. New bytes are crop-resize-split-uploaded
     once, with an unbound row. Raises ImageRejected for bytes that are not an acceptable image.
     """
+    if len(body) > settings.max_upload_bytes:
+        raise ImageRejected("oversize", f"{len(body):,} bytes is over the upload limit of "
+                                        f"{settings.max_upload_bytes:,}")
     body_hash = md5_hex(body)
     with conn.transaction():
         rows = conn.execute(queries.load("images/touch_images_by_body"), {"body_hash": body_hash}).fetchall()
@@ -337,6 +341,18 @@ def apply_cached(
     return outcomes, misses
 
 
+def drop_items_of_deleted_offers(
+    conn: psycopg.Connection, items: list[CrawlItem], outcomes: dict[int, CrawlOutcome]
+) -> list[CrawlItem]:
+    """The items whose offer still exists; the others are recorded as failed."""
+    existing = {r[0] for r in conn.execute(queries.load("crawler/select_existing_offers"),
+                                           {"ids": sorted({i.offer_id for i in items})})}
+    for item in items:
+        if item.offer_id not in existing:
+            outcomes[item.item_no] = CrawlOutcome("failed", error=f"offer_gone: offer {item.offer_id} does not exist")
+    return [i for i in items if i.offer_id in existing]
+
+
 def crawl(
     conn: psycopg.Connection,
     s3,
@@ -355,7 +371,14 @@ def crawl(
     first row is inserted with the new files; further offers in the batch get rows with the same
     image id.
     """
-    outcomes, misses = apply_cached(conn, items, seen_since)
+    outcomes: dict[int, CrawlOutcome] = {}
+    items = drop_items_of_deleted_offers(conn, items, outcomes)
+    try:
+        cached, misses = apply_cached(conn, items, seen_since)
+    except psycopg.errors.ForeignKeyViolation:  # an offer was deleted since: once more without it
+        items = drop_items_of_deleted_offers(conn, items, outcomes)
+        cached, misses = apply_cached(conn, items, seen_since)
+    outcomes.update(cached)
     misses.sort(key=lambda i: (i.url_hash, i.item_no))
     for url_hash, group_iter in groupby(misses, key=lambda i: i.url_hash):
         group = list(group_iter)
@@ -377,6 +400,13 @@ def crawl(
                 log.warning("%s: %s (%s)", remaining[0].url, error.kind, error)
                 for item in remaining:
                     outcomes[item.item_no] = CrawlOutcome("failed", error=f"{error.kind}: {error}")
+                continue
+            except psycopg.errors.ForeignKeyViolation:
+                # an offer was deleted while its photo was fetched: the files stay owed (the upload
+                # intent) and the cleaner deletes them; the URL is recorded as failed for every offer
+                for item in remaining:
+                    outcomes[item.item_no] = CrawlOutcome("failed", error="offer_gone: an offer was deleted "
+                                                                          "while its photo was fetched")
                 continue
             outcomes[remaining[0].item_no] = CrawlOutcome("new", image_id)
             for item in remaining[1:]:

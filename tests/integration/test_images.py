@@ -172,6 +172,16 @@ def test_every_kind_of_bad_url_is_recorded_and_leaves_nothing_behind(conn, s3, s
     assert photos.hits["/missing.jpg"] == 1
 
 
+def test_a_url_for_an_offer_deleted_before_the_crawl_is_recorded_as_failed(conn, s3, settings, photos, offers):
+    with conn.transaction():
+        conn.execute("DELETE FROM app.offer WHERE id = 5")
+    outcomes = run_crawl(conn, s3, settings, [CrawlItem(0, 5, photos.url("/photo/8.jpg"), 1),
+                                              CrawlItem(1, 4, photos.url("/photo/8.jpg"), 1)])
+    assert outcomes[0].outcome == "failed" and outcomes[0].error.startswith("offer_gone")
+    assert outcomes[1].outcome == "new"
+    assert image_rows(conn) == [(outcomes[1].image_id, 4, 1)]
+
+
 def test_a_flaky_server_is_retried_with_backoff(conn, s3, settings, photos, offers):
     outcome = run_crawl(conn, s3, settings, [CrawlItem(0, 1, photos.url("/flaky.jpg"), 1)])[0]
     assert outcome.outcome == "new" and photos.hits["/flaky.jpg"] == 3
@@ -213,6 +223,19 @@ def test_pre_upload_of_bytes_that_are_not_an_image_is_refused_and_stores_nothing
     with pytest.raises(ImageRejected, match="not a JPEG"):
         pre_upload(conn, s3, settings, b"GIF? no: plain text pretending to be a photo")
     assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
+
+
+def test_pre_upload_of_an_oversize_file_or_a_bomb_is_refused_and_stores_nothing(conn, s3, bucket):
+    from .photo_server import png_bomb
+
+    small_limit = ImageSettings(bucket=bucket, sizes=SIZES, max_upload_bytes=10_000)
+    with pytest.raises(ImageRejected, match="over the upload limit"):
+        pre_upload(conn, s3, small_limit, jpeg(22, (1600, 1200)) + b"\0" * 10_000)
+    with pytest.raises(ImageRejected) as bomb:
+        pre_upload(conn, s3, ImageSettings(bucket=bucket, sizes=SIZES), png_bomb())
+    assert bomb.value.kind == "bomb"
+    assert image_rows(conn) == [] and object_keys(s3, bucket) == set()
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
 
 
 def test_attach_binds_in_order_adds_rows_for_images_bound_elsewhere_and_unbinds_the_rest(conn, s3, settings, offers):
