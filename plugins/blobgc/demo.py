@@ -151,7 +151,23 @@ def crawler_conf() -> dict:
                          {"offer_id": 1, "urls": [PARTNER_SITE.url("/photo/11.jpg")]}]}
 
 
-DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [load_seed_000, load_seed_001, load_seed_002]
+def load_reconcile_cases(conn: psycopg.Connection, s3) -> str:
+    """What only reconciliation finds: an object no row accounts for, a key of no known layout, a row without its object."""
+    import hashlib
+
+    orphan = hashlib.sha256(b"demo: an upload whose row was never written").hexdigest()
+    s3.put_object(Bucket=BUCKET, Key=f"pastes/{orphan}", Body=b"orphaned paste body")
+    s3.put_object(Bucket=BUCKET, Key="tmp/forgotten-export.csv", Body=b"id,name\n1,demo\n")
+    with conn.transaction():
+        conn.execute(queries.load("demo/insert_blob_without_object"), {"id": "demomissing"})
+    attach_blob(conn, "demo-post-1", "demomissing")
+    return ("seed 001 §5: an orphan object (pastes/), a key of unknown layout (tmp/), an attached blob whose object "
+            "is missing")
+
+
+DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
+    load_seed_000, load_seed_001, load_seed_002, load_reconcile_cases,
+]
 
 # Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
 DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
@@ -163,6 +179,8 @@ DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_crawler", crawler_conf),
     ("blobgc_image_cleanup", {"dry_run": True}),
     ("blobgc_image_cleanup", {}),
+    ("blobgc_reconcile", {"dry_run": True, "min_age_hours": 0}),
+    ("blobgc_reconcile", {"min_age_hours": 0}),
 ]
 
 

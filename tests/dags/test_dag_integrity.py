@@ -14,11 +14,13 @@ EXPECTED_TASKS = {
     "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
     "blobgc_crawler": {"stage_requests", "crawl_batch", "report"},
     "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},
+    "blobgc_reconcile": {"plan_shards", "reconcile_shard", "delete_owed_objects", "report"},
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
 }
 # CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace)
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
-                "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14)}
+                "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14),
+                "blobgc_reconcile": ("min_age_hours", 24)}
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +90,11 @@ def test_s3_tasks_use_the_s3_pool(dagbag):
     assert dagbag.dags["blobgc_paste_expiry"].get_task("delete_owed_objects").pool == "blobgc_s3"
     assert dagbag.dags["blobgc_image_cleanup"].get_task("delete_owed_objects").pool == "blobgc_s3"
     assert dagbag.dags["blobgc_crawler"].get_task("crawl_batch").pool == "blobgc_http"
+    assert dagbag.dags["blobgc_reconcile"].get_task("delete_owed_objects").pool == "blobgc_s3"
+
+
+def test_reconcile_params(dagbag):
+    assert dagbag.dags["blobgc_reconcile"].params["prefixes"] is None
 
 
 def test_crawler_params(dagbag):

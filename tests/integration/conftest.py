@@ -25,7 +25,8 @@ TEST_DB = "blobgc_test"
 RESET = """
 TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
          app.crawl_request, app.image, app.offer,
-         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file, blobgc.run
+         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file,
+         blobgc.reconcile_checkpoint, blobgc.reconcile_finding, gen.deletion, gen.reference, gen.blob, blobgc.run
          RESTART IDENTITY CASCADE
 """
 

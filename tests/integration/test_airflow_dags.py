@@ -57,17 +57,21 @@ def test_every_dag_can_be_backfilled():
     # backfill reads the serialized DAGs; make sure the current files are serialized, whatever ran first
     reserialized = airflow("dags", "reserialize")
     assert reserialized.returncode == 0, reserialized.stderr[-2000:]
-    for dag_id in ("blobgc_mark", "blobgc_sweep", "blobgc_paste_expiry", "blobgc_crawler", "blobgc_image_cleanup"):
+    # a day each DAG's schedule runs on between 2026-11-01 and 2026-11-03 (blobgc_reconcile is weekly, on Sundays)
+    for dag_id, day in (("blobgc_mark", "2026-11-02"), ("blobgc_sweep", "2026-11-02"),
+                        ("blobgc_paste_expiry", "2026-11-02"), ("blobgc_crawler", "2026-11-02"),
+                        ("blobgc_image_cleanup", "2026-11-02"), ("blobgc_reconcile", "2026-11-01")):
         result = airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2026-11-01",
                          "--to-date", "2026-11-03", "--dry-run")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        assert "2026-11-02" in result.stdout
+        assert day in result.stdout, (dag_id, result.stdout[-2000:])
 
 
 def test_migrations_are_idempotent(conn):
     assert apply_migrations(conn) == []
     versions = [r[0] for r in conn.execute("SELECT version FROM blobgc.schema_migration ORDER BY version")]
-    assert versions[:4] == ["0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler"]
+    assert versions[:5] == ["0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler",
+                           "0005_reconcile"]
 
 
 def test_make_up_is_idempotent_when_the_stack_is_running():
