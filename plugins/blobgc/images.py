@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
 import zlib
 from collections import Counter
@@ -36,7 +37,7 @@ from blobgc import queries
 from blobgc.downloads import DEFAULT_MAX_BYTES, DEFAULT_POLICY, DownloadFailed, DownloadPolicy, download
 from blobgc.image_processing import DEFAULT_MAX_PIXELS, DEFAULT_SIZES, EXT, ImageRejected, Watermark, render_sizes
 from blobgc.objects import delete_objects_in_batches
-from blobgc.outbox import IMAGE_SOURCE, record_deletions
+from blobgc.outbox import IMAGE_SOURCE, record_deletions, replace_dry_run_log
 from blobgc.runs import RunRef, add_counts, set_counts
 from blobgc.sizes import human_bytes
 
@@ -48,6 +49,8 @@ IMAGE_LOCK_CLASS = 0x62676331  # advisory lock classes ("bgc1", "bgc2"): image-i
 URL_LOCK_CLASS = 0x62676332
 STRIPES = 1024
 SAMPLE = 10
+IMAGE_ID = re.compile(r"[0-9a-f]{32}")
+IMAGE_FILE = re.compile(r"[A-Za-z0-9_]+\.[a-z0-9]+")
 
 
 def new_image_id() -> str:
@@ -64,8 +67,10 @@ def image_keys(image_id: str, sizes: Iterable[str]) -> list[str]:
 
 
 def image_id_of(key: str) -> str | None:
+    """The image id of `images/{id[0:2]}/{id}/{size}.{ext}`, or None for a key of any other layout."""
     parts = key.split("/")
-    if len(parts) == 4 and parts[0] == "images" and parts[2][:2] == parts[1]:
+    if (len(parts) == 4 and parts[0] == "images" and IMAGE_ID.fullmatch(parts[2]) and parts[1] == parts[2][:2]
+            and IMAGE_FILE.fullmatch(parts[3])):
         return parts[2]
     return None
 
@@ -510,12 +515,8 @@ def preview_cleanup(
         keys, sizes = files_of(doomed, stored, settings)
         result.objects_owed = len(keys)
         result.bytes_owed = sum(size or 0 for size in sizes)
-        conn.execute(queries.load("outbox/delete_dry_run_log"),
-                     {"dag_id": run.dag_id, "run_id": run.run_id, "source": SOURCE})
-        for start in range(0, len(keys), batch_size):
-            record_deletions(conn, run, source=SOURCE, bucket=settings.bucket, keys=keys[start:start + batch_size],
-                             sizes=sizes[start:start + batch_size])
-            result.batches += 1
+        result.batches = replace_dry_run_log(conn, run, source=SOURCE, bucket=settings.bucket, keys=keys, sizes=sizes,
+                                             batch_size=batch_size)
         set_counts(conn, run, rows=result.rows_deleted, objects=result.objects_owed, bytes_=result.bytes_owed)
     result.sample_keys = keys[:SAMPLE]
     log.info("dry run: would delete %d unbound rows and the files of %d image ids (%d objects); sample: %s",

@@ -53,6 +53,12 @@ def backoff_delay(attempt: int, base_delay: float, max_delay: float = 20.0) -> f
     return random.uniform(0, min(max_delay, base_delay * (2**attempt)))
 
 
+def check_batch_size(batch_size: int) -> None:
+    """Refuse a batch size S3 would refuse: DeleteObjects takes 1 to 1000 keys."""
+    if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
+        raise ValueError(f"batch_size must be between 1 and {MAX_KEYS_PER_CALL}, got {batch_size}")
+
+
 def delete_objects_in_batches(
     client,
     bucket: str,
@@ -71,8 +77,7 @@ def delete_objects_in_batches(
     still fail, or fail with another code (AccessDenied), are returned in `failed` for the caller to
     keep owed. A call that raises a non-retryable error (or keeps failing) propagates.
     """
-    if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
-        raise ValueError(f"batch_size must be between 1 and {MAX_KEYS_PER_CALL}, got {batch_size}")
+    check_batch_size(batch_size)
     chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
 
     def one(chunk: list[str]) -> DeleteOutcome:

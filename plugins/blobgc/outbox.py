@@ -63,6 +63,28 @@ def record_deletions(
     )
 
 
+def replace_dry_run_log(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    batch_size: int,
+) -> int:
+    """A dry run's report of what would go: the run's earlier report for `source` replaced (a retry
+    writes it again), in log rows of `batch_size` keys. Returns the number of rows."""
+    conn.execute(queries.load("outbox/delete_dry_run_log"),
+                 {"dag_id": run.dag_id, "run_id": run.run_id, "source": source})
+    batches = 0
+    for start in range(0, len(keys), batch_size):
+        record_deletions(conn, run, source=source, bucket=bucket, keys=keys[start:start + batch_size],
+                         sizes=sizes[start:start + batch_size])
+        batches += 1
+    return batches
+
+
 def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int]:
     """(owed objects, their known bytes, highest attempt count) for one DAG."""
     row = conn.execute(queries.load("outbox/summarize_owed_deletions"), {"dag_id": dag_id}).fetchone()

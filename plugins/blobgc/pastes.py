@@ -32,8 +32,8 @@ import psycopg
 
 from blobgc import queries
 from blobgc.cache_purge import owe_cache_purge
-from blobgc.objects import MAX_KEYS_PER_CALL
-from blobgc.outbox import PASTE_CONTENT_SOURCE, record_deletions
+from blobgc.objects import check_batch_size
+from blobgc.outbox import PASTE_CONTENT_SOURCE, record_deletions, replace_dry_run_log
 from blobgc.runs import RunRef, add_counts, set_counts
 from blobgc.sizes import human_bytes
 
@@ -138,11 +138,6 @@ class ExpiryResult:
 
     def counts(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if k != "sample_keys"}
-
-
-def check_batch_size(batch_size: int) -> None:
-    if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
-        raise ValueError(f"batch_size must be between 1 and {MAX_KEYS_PER_CALL}, got {batch_size}")
 
 
 ExpiryRange = tuple[datetime | None, datetime | None]
@@ -271,13 +266,9 @@ def preview_expiry(
         result.contents_deleted = result.objects_owed = len(doomed)
         result.bytes_owed = sum(size or 0 for _, size in doomed)
         result.cache_keys_owed = result.pastes_deleted
-        conn.execute(queries.load("outbox/delete_dry_run_log"),
-                     {"dag_id": run.dag_id, "run_id": run.run_id, "source": SOURCE})
-        for start in range(0, len(doomed), batch_size):
-            part = doomed[start:start + batch_size]
-            record_deletions(conn, run, source=SOURCE, bucket=bucket,
-                             keys=[content_key(d) for d, _ in part], sizes=[s for _, s in part])
-            result.batches += 1
+        result.batches = replace_dry_run_log(conn, run, source=SOURCE, bucket=bucket,
+                                             keys=[content_key(d) for d, _ in doomed], sizes=[s for _, s in doomed],
+                                             batch_size=batch_size)
         set_counts(conn, run, rows=result.pastes_deleted + result.contents_deleted,
                    objects=result.objects_owed, bytes_=result.bytes_owed)
     result.sample_keys = [content_key(d) for d, _ in doomed[:SAMPLE]]

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import logging
 import re
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import psycopg
 
 from blobgc import queries
+from blobgc.images import image_id_of
 from blobgc.outbox import IMAGE_SOURCE, PASTE_CONTENT_SOURCE, record_deletions
 from blobgc.runs import RunRef, add_counts
 
@@ -38,7 +39,6 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 LISTING_MARGIN = timedelta(seconds=2)
 HIGHEST = "\U0010ffff"  # sorts after every character: StartAfter=shard+HIGHEST skips the whole shard
-HEX32 = re.compile(r"[0-9a-f]{32}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 BLOB_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 MAIL_ID = re.compile(r"[0-9A-Za-z_.:-]{1,200}")
@@ -54,14 +54,6 @@ def parse_blob_key(key: str) -> str | None:
 def parse_paste_key(key: str) -> str | None:
     digest = key[len("pastes/"):]
     return digest if key.startswith("pastes/") and HEX64.fullmatch(digest) else None
-
-
-def parse_image_key(key: str) -> str | None:
-    parts = key.split("/")
-    if (len(parts) == 4 and parts[0] == "images" and HEX32.fullmatch(parts[2]) and parts[1] == parts[2][:2]
-            and re.fullmatch(r"[A-Za-z0-9_]+\.[a-z0-9]+", parts[3])):
-        return parts[2]
-    return None
 
 
 def parse_mail_key(key: str) -> str | None:
@@ -94,7 +86,7 @@ KEY_SOURCES: tuple[KeySource, ...] = (
     KeySource(PASTE_CONTENT_SOURCE, "pastes/", 1, parse_paste_key, "reconcile/select_existing_contents",
               "reconcile/select_content_rows_in_range", lambda ref, _: [f"pastes/{ref}"],
               "reconcile/select_content_shards"),
-    KeySource(IMAGE_SOURCE, "images/", 3, parse_image_key, "reconcile/select_existing_images",
+    KeySource(IMAGE_SOURCE, "images/", 3, image_id_of, "reconcile/select_existing_images",
               "reconcile/select_image_rows_in_range", lambda ref, known: known or [],
               "reconcile/select_image_shards"),
     KeySource("gen.blob", "mail/", 1, parse_mail_key, "reconcile/select_existing_mail_blobs",
