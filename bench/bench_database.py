@@ -41,3 +41,18 @@ def timed(fn):
 def vacuum(conn, *tables: str) -> None:
     for table in tables:
         conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def objects_present(s3, bucket: str, keys: list[str]) -> int:
+    """How many of `keys` exist in the bucket (HEAD, 8 at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def exists(key: str) -> bool:
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+            return True
+        except s3.exceptions.ClientError:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        return sum(pool.map(exists, keys))

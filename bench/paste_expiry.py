@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench_database import ROOT, fresh_database, timed, vacuum
+from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 
 from blobgc.cache_purge import purge_owed_cache_keys  # noqa: E402
 from blobgc.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
@@ -213,17 +213,8 @@ def verify(dsn: str, s3, bucket: str, prefix: str, expected: dict) -> dict:
     live = [content_key(h) for (h,) in conn.execute("SELECT content_hash FROM app.content ORDER BY random() LIMIT 500")]
     rng = random.Random(1)
     gone_sample = rng.sample(deleted_keys, min(500, len(deleted_keys)))
-
-    def exists(key: str) -> bool:
-        try:
-            s3.head_object(Bucket=bucket, Key=key)
-            return True
-        except s3.exceptions.ClientError:
-            return False
-
-    with ThreadPoolExecutor(8) as pool:
-        gone_present = sum(pool.map(exists, gone_sample))
-        live_present = sum(pool.map(exists, live))
+    gone_present = objects_present(s3, bucket, gone_sample)
+    live_present = objects_present(s3, bucket, live)
     all_codes = [f"{prefix}p{g}" for g in range(1, expected["pastes"] + 1)]
     cached_left = 0
     for start in range(0, len(all_codes), 10_000):

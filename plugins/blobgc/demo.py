@@ -165,8 +165,34 @@ def load_reconcile_cases(conn: psycopg.Connection, s3) -> str:
             "is missing")
 
 
+def load_seed_003(conn: psycopg.Connection, s3) -> str:
+    """Seed 003's walk-through: three generations of mails m1-m9 over blobs b1-b6, then five deletions."""
+    import uuid
+
+    from blobgc.generations import delete_reference, open_generation, store_blob
+    from blobgc.runs import RunRef
+
+    demo = uuid.uuid4().hex[:8]  # demo runs can be repeated: each one adds three generations of its own
+    stored: dict[str, str] = {}
+    mails = [[("m1", "b1"), ("m2", "b2"), ("m3", "b2")], [("m4", "b3"), ("m5", "b4"), ("m6", "b4")],
+             [("m7", "b5"), ("m8", "b6"), ("m9", "b6")]]
+    opened = []
+    for n, generation in enumerate(mails, start=1):  # each generation opened, then its mails stored
+        opened.append(open_generation(conn, RunRef("blobgc_demo", f"demo-{demo}-rg{n}")).generation)
+        for message, blob in generation:
+            body = f"Demo mail body {blob} ({demo})\n".encode() * 64
+            stored[message] = store_blob(conn, s3, bucket=BUCKET, owner_id=f"demo-{demo}-{message}",
+                                         content=body).blob_id
+    for message in ("m1", "m2", "m7", "m8", "m3"):
+        delete_reference(conn, owner_id=f"demo-{demo}-{message}", blob_id=stored[message])
+    first = opened[0]
+    return (f"seed 003: generations {first}-{first + 2} holding the seed's mails m1-m9 over blobs b1-b6; m1, m2, "
+            f"m3, m7, m8 deleted (the run opens generation {first + 3} and collects generation {first}: b1 and "
+            f"b2; b5 waits until generation {first + 2} is n-2)")
+
+
 DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
-    load_seed_000, load_seed_001, load_seed_002, load_reconcile_cases,
+    load_seed_000, load_seed_001, load_seed_002, load_seed_003, load_reconcile_cases,
 ]
 
 # Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
@@ -179,6 +205,8 @@ DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_crawler", crawler_conf),
     ("blobgc_image_cleanup", {"dry_run": True}),
     ("blobgc_image_cleanup", {}),
+    ("blobgc_generations", {"dry_run": True}),
+    ("blobgc_generations", {}),
     ("blobgc_reconcile", {"dry_run": True, "min_age_hours": 0}),
     ("blobgc_reconcile", {"min_age_hours": 0}),
 ]

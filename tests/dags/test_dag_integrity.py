@@ -16,11 +16,13 @@ EXPECTED_TASKS = {
     "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},
     "blobgc_reconcile": {"plan_shards", "reconcile_shard", "delete_owed_objects", "report"},
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
+    "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
 }
-# CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace)
+# CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
+# does the generations DAG (its grace is the n-2 rule); its own Param is false_positive_rate
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
                 "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14),
-                "blobgc_reconcile": ("min_age_hours", 24)}
+                "blobgc_reconcile": ("min_age_hours", 24), "blobgc_generations": ("false_positive_rate", 0.01)}
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +27,8 @@ RESET = """
 TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
          app.crawl_request, app.image, app.offer,
          blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file,
-         blobgc.reconcile_checkpoint, blobgc.reconcile_finding, gen.deletion, gen.reference, gen.blob, blobgc.run
+         blobgc.reconcile_checkpoint, blobgc.reconcile_finding, blobgc.generation_opened, blobgc.generation_collection,
+         gen.deletion, gen.reference, gen.blob, gen.generation, blobgc.run
          RESTART IDENTITY CASCADE
 """
 
@@ -162,3 +164,18 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
     env = dict(os.environ)
     env.update(env_extra or {})
     return subprocess.run(["airflow", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def backend_waiting_on_lock(conn, query_fragment: str) -> bool:
+    return conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        (f"%{query_fragment}%",),
+    ).fetchone()[0] > 0
+
+
+def wait_until(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.02)

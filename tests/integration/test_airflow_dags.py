@@ -60,7 +60,8 @@ def test_every_dag_can_be_backfilled():
     # a day each DAG's schedule runs on between 2026-11-01 and 2026-11-03 (blobgc_reconcile is weekly, on Sundays)
     for dag_id, day in (("blobgc_mark", "2026-11-02"), ("blobgc_sweep", "2026-11-02"),
                         ("blobgc_paste_expiry", "2026-11-02"), ("blobgc_crawler", "2026-11-02"),
-                        ("blobgc_image_cleanup", "2026-11-02"), ("blobgc_reconcile", "2026-11-01")):
+                        ("blobgc_image_cleanup", "2026-11-02"), ("blobgc_reconcile", "2026-11-01"),
+                        ("blobgc_generations", "2026-11-02")):
         result = airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2026-11-01",
                          "--to-date", "2026-11-03", "--dry-run")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -70,8 +71,8 @@ def test_every_dag_can_be_backfilled():
 def test_migrations_are_idempotent(conn):
     assert apply_migrations(conn) == []
     versions = [r[0] for r in conn.execute("SELECT version FROM blobgc.schema_migration ORDER BY version")]
-    assert versions[:5] == ["0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler",
-                           "0005_reconcile"]
+    assert versions[:6] == ["0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler",
+                           "0005_reconcile", "0006_generations"]
 
 
 def test_make_up_is_idempotent_when_the_stack_is_running():

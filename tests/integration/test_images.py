@@ -32,9 +32,8 @@ from blobgc.images import (
 from blobgc.outbox import delete_owed_objects
 from blobgc.runs import RunRef, ensure_run
 
-from .conftest import airflow, object_keys
+from .conftest import airflow, backend_waiting_on_lock, object_keys, wait_until
 from .photo_server import PhotoServer, jpeg
-from .test_pastes import backend_waiting_on_lock, wait_until
 
 NOW = datetime.now(timezone.utc)
 SIZES = {"orig": 0, "big": 1280, "medium": 640, "thumb": 160}

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -25,7 +24,7 @@ from blobgc.pastes import (
 )
 from blobgc.runs import RunRef, ensure_run
 
-from .conftest import airflow, cached_keys, object_keys
+from .conftest import airflow, backend_waiting_on_lock, cached_keys, object_keys, wait_until
 
 NOW = datetime.now(timezone.utc)
 PAST = NOW - timedelta(hours=1)
@@ -49,21 +48,6 @@ def expire_all(conn, s3, redis, run: RunRef, bucket: str, prefix: str, **kwargs)
 def ref_count(conn, digest: str) -> int | None:
     row = conn.execute("SELECT ref_count FROM app.content WHERE content_hash = %s", (digest,)).fetchone()
     return row[0] if row else None
-
-
-def backend_waiting_on_lock(conn, query_fragment: str) -> bool:
-    return conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
-        (f"%{query_fragment}%",),
-    ).fetchone()[0] > 0
-
-
-def wait_until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
-        time.sleep(0.02)
 
 
 def insert_pastes(conn, rows: list[tuple[str, str, datetime]]) -> None:

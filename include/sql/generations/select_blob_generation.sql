@@ -1,0 +1,2 @@
+-- An existing blob's generation.
+SELECT generation FROM gen.blob WHERE blob_id = %(blob_id)s
