@@ -108,6 +108,33 @@ def image_settings():
     return ImageSettings(bucket=blob_bucket(), sizes=sizes, watermark=watermark)
 
 
+def media_settings():
+    """Seed 004's store: Variable blobgc_media_bucket_prefix, and blobgc_media_settings (JSON, optional):
+    {"file_limit_mb": 10, "monthly_limit_mb": 200, "image_thumbs": [[640, 640], [240, 240]],
+    "icon_thumbs": [[256, 256], [64, 64]]}."""
+    from blobgc.media import MIB, MediaSettings
+
+    extra = variable("blobgc_media_settings", {}, json_value=True) or {}
+    defaults = MediaSettings()
+    try:
+        if not isinstance(extra, dict) or set(extra) - {"file_limit_mb", "monthly_limit_mb", "image_thumbs",
+                                                         "icon_thumbs"}:
+            raise ValueError("unknown keys")
+        sizes = {k: tuple((int(w), int(h)) for w, h in extra[k]) for k in ("image_thumbs", "icon_thumbs") if k in extra}
+        if any(not v or min(min(s) for s in v) < 1 for v in sizes.values()):
+            raise ValueError("thumbnail sizes must be positive")
+        return MediaSettings(
+            bucket_prefix=variable("blobgc_media_bucket_prefix", "fakebook-"),
+            file_limit_bytes=int(extra.get("file_limit_mb", defaults.file_limit_bytes / MIB) * MIB),
+            monthly_limit_bytes=int(extra.get("monthly_limit_mb", defaults.monthly_limit_bytes / MIB) * MIB),
+            **sizes,
+        )
+    except (TypeError, ValueError) as error:
+        raise ValueError('Variable blobgc_media_settings must be JSON like {"file_limit_mb": 10, "monthly_limit_mb": '
+                         '200, "image_thumbs": [[640, 640], [240, 240]], "icon_thumbs": [[256, 256], [64, 64]]}: '
+                         f"{error}") from error
+
+
 def extra_blob_references() -> list[str]:
     """Declared non-foreign-key references: Variable `blobgc_extra_blob_references`, a JSON list of SELECTs."""
     value = variable("blobgc_extra_blob_references", [], json_value=True)

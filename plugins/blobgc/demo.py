@@ -191,8 +191,39 @@ def load_seed_003(conn: psycopg.Connection, s3) -> str:
             f"b2; b5 waits until generation {first + 2} is n-2)")
 
 
+def load_seed_004(conn: psycopg.Connection, s3) -> str:
+    """Seed 004's store, used as the application does: presigned POSTs, finalize, a profile avatar."""
+    import requests
+
+    from blobgc.clients import redis_from_env
+    from blobgc.media import (MediaSettings, finalize, finalize_profile, presign_profile_upload, presign_upload,
+                              thumb_key)
+
+    redis = redis_from_env()
+    settings = MediaSettings(bucket_prefix=os.environ.get("AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX", "fakebook-"))
+    user = "0001000000000002"
+
+    def post(signed: dict, body: bytes) -> str:
+        response = requests.post(signed["url"], data=signed["fields"], files={"file": ("upload", body)}, timeout=30)
+        response.raise_for_status()
+        return signed["key"]
+
+    masters = [finalize(s3, redis, settings, user, post(presign_upload(s3, settings, user, f"photo{n}.jpg",
+                                                                       len(body)), body))
+               for n, body in enumerate(demo_photo(n) for n in range(3))]
+    avatar = demo_photo(7)
+    finalize_profile(s3, redis, settings, user, "avatar",
+                     post(presign_profile_upload(s3, settings, user, "avatar", "me.jpg", len(avatar)), avatar))
+    post(presign_upload(s3, settings, user, "abandoned.jpg", len(avatar)), avatar)  # never finalized
+    orphan_of = masters[0].replace(masters[0].rsplit("/", 1)[1][8:16], "deadbeef")  # a master that is gone
+    s3.put_object(Bucket=settings.images_bucket, Key=thumb_key(orphan_of, 240, 240), Body=b"RIFF")
+    return (f"seed 004: user {user} uploaded 3 photos and an avatar through presigned POSTs (4 thumbnail jobs "
+            "queued), abandoned 1 upload in staging (kept by the demo run: younger than max_age_minutes), and "
+            "has 1 thumbnail whose master is gone")
+
+
 DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
-    load_seed_000, load_seed_001, load_seed_002, load_seed_003, load_reconcile_cases,
+    load_seed_000, load_seed_001, load_seed_002, load_seed_003, load_seed_004, load_reconcile_cases,
 ]
 
 # Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
@@ -207,6 +238,10 @@ DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_image_cleanup", {}),
     ("blobgc_generations", {"dry_run": True}),
     ("blobgc_generations", {}),
+    ("blobgc_media_thumbnails", {"dry_run": True, "min_age_hours": 0}),
+    ("blobgc_media_thumbnails", {"min_age_hours": 0}),
+    ("blobgc_media_staging", {"dry_run": True}),
+    ("blobgc_media_staging", {}),
     ("blobgc_reconcile", {"dry_run": True, "min_age_hours": 0}),
     ("blobgc_reconcile", {"min_age_hours": 0}),
 ]

@@ -44,7 +44,7 @@ from psycopg import IsolationLevel
 
 from blobgc import queries
 from blobgc.objects import check_batch_size
-from blobgc.outbox import record_deletions
+from blobgc.outbox import record_deletions, record_in_batches
 from blobgc.runs import RunRef, add_counts
 
 log = logging.getLogger(__name__)
@@ -443,9 +443,8 @@ def write_dry_run_report(conn: psycopg.Connection, run: RunRef, result: CollectR
         if first is None:
             log.info("this dry run already reported generation %d", result.generation)
             return
-        for start in range(0, len(result.keys), batch_size):
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=result.keys[start:start + batch_size],
-                             sizes=result.sizes[start:start + batch_size])
+        record_in_batches(conn, run, source=SOURCE, bucket=bucket, keys=result.keys, sizes=result.sizes,
+                          batch_size=batch_size)
         add_counts(conn, run, rows=result.blobs_deleted, objects=result.blobs_deleted, bytes_=result.bytes_reclaimed)
 
 

@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 # and seed 001's image files (`blobgc.images`).
 PASTE_CONTENT_SOURCE = "app.content"
 IMAGE_SOURCE = "app.image"
-# Given a draining transaction and the claimed keys of one source, yields the keys that must be kept
-# and holds the rest so that no new row can claim them until the transaction ends.
-KeyGuard = Callable[[psycopg.Connection, list[str]], AbstractContextManager[set[str]]]
+MEDIA_THUMBNAIL_SOURCE = "media.thumbnails"  # seed 004's orphan thumbnails (a source per shard starts with this)
+# Given a draining transaction, the S3 client, the bucket and the claimed keys of one source, yields
+# the keys that must be kept and holds the rest so that no new row can claim them until the transaction ends.
+KeyGuard = Callable[[psycopg.Connection, object, str, list[str]], AbstractContextManager[set[str]]]
 
 
 @dataclass
@@ -77,12 +78,38 @@ def replace_dry_run_log(
     writes it again), in log rows of `batch_size` keys. Returns the number of rows."""
     conn.execute(queries.load("outbox/delete_dry_run_log"),
                  {"dag_id": run.dag_id, "run_id": run.run_id, "source": source})
-    batches = 0
+    return record_in_batches(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size)
+
+
+def record_in_batches(conn: psycopg.Connection, run: RunRef, *, source: str, bucket: str, keys: Sequence[str],
+                      sizes: Sequence[int | None], batch_size: int) -> int:
+    """`record_deletions` in log rows of `batch_size` keys; returns the number of rows."""
     for start in range(0, len(keys), batch_size):
         record_deletions(conn, run, source=source, bucket=bucket, keys=keys[start:start + batch_size],
                          sizes=sizes[start:start + batch_size])
-        batches += 1
-    return batches
+    return -(-len(keys) // batch_size)
+
+
+def replace_run_log(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    batch_size: int,
+) -> int:
+    """Log and owe (on a dry run: report) everything a task found for `source`, replacing what an
+    earlier attempt of the same run logged and still wholly owes. For tasks that find their keys by
+    listing, so that a retry lists again without owing (and counting) a key twice. Call in a
+    transaction. Returns the number of log rows written."""
+    if run.dry_run:
+        return replace_dry_run_log(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes,
+                                   batch_size=batch_size)
+    conn.execute(queries.load("outbox/delete_unsettled_run_log"),
+                 {"dag_id": run.dag_id, "run_id": run.run_id, "source": source})
+    return record_in_batches(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size)
 
 
 def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int]:
@@ -179,15 +206,20 @@ def key_guard(source: str) -> KeyGuard | None:
     Seed 002's `pastes/{content_hash}` is one: identical content re-uploaded after its old row was
     deleted creates a new row under the same key, and the owed deletion must then keep the object.
     Seed 001's image files are another: a new row can reuse an image id whose last row was deleted.
+    Seed 004's orphan thumbnails too: a profile slot's master can be uploaded again meanwhile.
     """
     if source == PASTE_CONTENT_SOURCE:
         from blobgc.pastes import hold_unneeded_contents
 
-        return hold_unneeded_contents
+        return lambda conn, _s3, _bucket, keys: hold_unneeded_contents(conn, keys)
     if source == IMAGE_SOURCE:
         from blobgc.images import hold_unreferenced_images
 
-        return hold_unreferenced_images
+        return lambda conn, _s3, _bucket, keys: hold_unreferenced_images(conn, keys)
+    if source.startswith(MEDIA_THUMBNAIL_SOURCE):
+        from blobgc.media_cleanup import keep_thumbnails_with_a_master
+
+        return keep_thumbnails_with_a_master
     return None
 
 
@@ -208,7 +240,7 @@ def settle_batches(
     with ExitStack() as guards:
         for (bucket, source), keys in by_group.items():
             guard = key_guard(source)
-            needed: set[str] = guards.enter_context(guard(conn, keys)) if guard else set()
+            needed: set[str] = guards.enter_context(guard(conn, s3, bucket, keys)) if guard else set()
             kept.update((bucket, key) for key in needed)
             outcome = delete_objects_in_batches(s3, bucket, [k for k in keys if k not in needed],
                                                 batch_size=min(batch_size, MAX_KEYS_PER_CALL),

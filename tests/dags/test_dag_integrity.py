@@ -17,12 +17,16 @@ EXPECTED_TASKS = {
     "blobgc_reconcile": {"plan_shards", "reconcile_shard", "delete_owed_objects", "report"},
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
     "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
+    "blobgc_media_staging": {"plan_shards", "delete_stale_staging", "delete_owed_objects", "report"},
+    "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "delete_owed_objects",
+                                "report"},
 }
 # CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
 # does the generations DAG (its grace is the n-2 rule); its own Param is false_positive_rate
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
                 "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14),
-                "blobgc_reconcile": ("min_age_hours", 24), "blobgc_generations": ("false_positive_rate", 0.01)}
+                "blobgc_reconcile": ("min_age_hours", 24), "blobgc_generations": ("false_positive_rate", 0.01),
+                "blobgc_media_staging": ("max_age_minutes", 60), "blobgc_media_thumbnails": ("min_age_hours", 24)}
 
 
 @pytest.fixture(scope="module")

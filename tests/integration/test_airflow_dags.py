@@ -61,7 +61,8 @@ def test_every_dag_can_be_backfilled():
     for dag_id, day in (("blobgc_mark", "2026-11-02"), ("blobgc_sweep", "2026-11-02"),
                         ("blobgc_paste_expiry", "2026-11-02"), ("blobgc_crawler", "2026-11-02"),
                         ("blobgc_image_cleanup", "2026-11-02"), ("blobgc_reconcile", "2026-11-01"),
-                        ("blobgc_generations", "2026-11-02")):
+                        ("blobgc_generations", "2026-11-02"), ("blobgc_media_staging", "2026-11-02"),
+                        ("blobgc_media_thumbnails", "2026-11-02")):
         result = airflow("backfill", "create", "--dag-id", dag_id, "--from-date", "2026-11-01",
                          "--to-date", "2026-11-03", "--dry-run")
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -1,0 +1,187 @@
+"""Seed 004's cleanups: stale staging uploads, masters without thumbnails, thumbnails without a master.
+
+The store has no database, so the bucket listing is the truth; blobgc's own bookkeeping (runs,
+the deletion log, the outbox) still lives in PostgreSQL, so every deletion is logged, owed,
+retried and counted like the other DAGs'. Work is split in shards: one per leading character of
+the user ids found in a bucket (under `staging/` and `profiles-staging/` for staging), each a
+mapped task listing its keys in order.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+
+from blobgc.media import (
+    MASTER,
+    PRESIGN_SECONDS,
+    PROFILE_MASTER,
+    PROFILE_THUMB,
+    QUEUE,
+    THUMB,
+    MediaSettings,
+    master_prefix_of_thumb,
+    thumb_key,
+)
+from blobgc.outbox import MEDIA_THUMBNAIL_SOURCE, replace_run_log
+from blobgc.reconcile import HIGHEST, first_key
+from blobgc.runs import RunRef, add_counts
+
+log = logging.getLogger(__name__)
+
+STAGING_SOURCE = "media.staging"
+MIN_STAGING_AGE = timedelta(seconds=PRESIGN_SECONDS) + timedelta(minutes=1)  # a live upload's longest wait
+
+
+@dataclass(frozen=True)
+class MediaShard:
+    bucket: str
+    prefix: str  # e.g. "staging/0", "profiles-staging/a", "0" (users whose id starts with 0)
+    kind: str  # "image" or "icon" (for thumbnails); "staging"
+
+    def as_xcom(self) -> dict[str, str]:
+        return {"bucket": self.bucket, "prefix": self.prefix, "kind": self.kind}
+
+
+def leading_characters(s3, bucket: str, prefix: str) -> list[str]:
+    """The distinct characters that follow `prefix` in the bucket's keys: one listing call each."""
+    found, after = [], prefix
+    while (key := first_key(s3, bucket, prefix, after)) is not None:
+        char = key[len(prefix)]
+        found.append(char)
+        after = prefix + char + HIGHEST
+    return found
+
+
+def staging_shards(s3, settings: MediaSettings) -> list[MediaShard]:
+    return [MediaShard(bucket, f"{prefix}{c}", "staging")
+            for bucket, prefix in ((settings.images_bucket, "staging/"), (settings.profiles_bucket, "profiles-staging/"))
+            for c in leading_characters(s3, bucket, prefix)]
+
+
+def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
+    return [MediaShard(bucket, c, kind)
+            for bucket, kind in ((settings.images_bucket, "image"), (settings.profiles_bucket, "icon"))
+            for c in leading_characters(s3, bucket, "")]
+
+
+def listing(s3, bucket: str, prefix: str) -> Iterator[dict]:
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+# ----------------------------------------------------------------------------------------------- staging
+def check_max_age(max_age: timedelta) -> None:
+    if max_age < MIN_STAGING_AGE:
+        raise ValueError(f"max_age_minutes must exceed the presigned upload's lifetime ({PRESIGN_SECONDS // 60} "
+                         f"minutes) with a margin: at least {MIN_STAGING_AGE.total_seconds() / 60:.0f} minutes")
+
+
+def delete_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaShard, *, cutoff: datetime,
+                         batch_size: int = 1000, floor: timedelta = MIN_STAGING_AGE) -> dict:
+    """Owe the deletion of every staging object of the shard last modified before `cutoff`.
+
+    Anything under a staging prefix is temporary, whatever its name; but nothing younger than
+    `floor` (a presigned upload's lifetime plus a minute) goes, whatever the cutoff. The keys are
+    logged and owed in one transaction, replacing what an earlier attempt of this run owed for the shard.
+    """
+    cutoff = min(cutoff, datetime.now(timezone.utc) - floor)
+    keys, sizes, fresh = [], [], 0
+    for o in listing(s3, shard.bucket, shard.prefix):
+        if o["LastModified"] < cutoff:
+            keys.append(o["Key"])
+            sizes.append(o["Size"])
+        else:
+            fresh += 1
+    with conn.transaction():
+        replace_run_log(conn, run, source=f"{STAGING_SOURCE} {shard.bucket}/{shard.prefix}", bucket=shard.bucket,
+                        keys=keys, sizes=sizes, batch_size=batch_size)
+        if run.dry_run:
+            add_counts(conn, run, objects=len(keys), bytes_=sum(sizes))
+    log.info("%s/%s: %d stale staging objects (%d bytes) %s, %d fresh kept", shard.bucket, shard.prefix,
+             len(keys), sum(sizes), "would go" if run.dry_run else "owed", fresh)
+    return {"shard": f"{shard.bucket}/{shard.prefix}", "stale": len(keys), "stale_bytes": sum(sizes), "fresh": fresh}
+
+
+# -------------------------------------------------------------------------------------------- thumbnails
+@dataclass
+class UserObjects:
+    """One user's masters and thumbnails in a shard: master key -> last modified; thumbnail key -> (size, age)."""
+
+    masters: dict[str, datetime]
+    thumbs: dict[str, tuple[int, datetime]]
+
+
+def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
+    """The shard's keys, one user at a time (a user's keys are contiguous in a listing)."""
+    current, objects = None, UserObjects({}, {})
+    master, thumb = (MASTER, THUMB) if shard.kind == "image" else (PROFILE_MASTER, PROFILE_THUMB)
+    for o in listing(s3, shard.bucket, shard.prefix):
+        user = o["Key"].split("/", 1)[0]
+        if user != current:
+            if current is not None:
+                yield objects
+            current, objects = user, UserObjects({}, {})
+        if master.fullmatch(o["Key"]):
+            objects.masters[o["Key"]] = o["LastModified"]
+        elif thumb.fullmatch(o["Key"]):
+            objects.thumbs[o["Key"]] = (o["Size"], o["LastModified"])
+    if current is not None:
+        yield objects
+
+
+def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: MediaShard, settings: MediaSettings,
+                     *, cutoff: datetime, batch_size: int = 1000) -> dict:
+    """Queue masters older than `cutoff` that lack a thumbnail size, and owe the deletion of
+    thumbnails older than `cutoff` whose master is gone. A dry run only reports both."""
+    sizes = settings.thumb_sizes(shard.kind)
+    missing: list[str] = []
+    orphans: list[tuple[str, int]] = []
+    masters = thumbs = 0
+    for user in users_in(s3, shard):
+        masters += len(user.masters)
+        thumbs += len(user.thumbs)
+        master_prefixes = {m.rsplit(".", 1)[0] + "." for m in user.masters}  # a master whatever its extension
+        for key, modified in user.masters.items():
+            if modified < cutoff and any(thumb_key(key, w, h) not in user.thumbs for w, h in sizes):
+                missing.append(key)
+        for key, (size, modified) in user.thumbs.items():
+            if modified < cutoff and master_prefix_of_thumb(key) not in master_prefixes:
+                orphans.append((key, size))
+    with conn.transaction():
+        replace_run_log(conn, run, source=f"{MEDIA_THUMBNAIL_SOURCE} {shard.bucket}/{shard.prefix}",
+                        bucket=shard.bucket, keys=[k for k, _ in orphans], sizes=[s for _, s in orphans],
+                        batch_size=batch_size)
+        if run.dry_run:
+            add_counts(conn, run, objects=len(orphans), bytes_=sum(s for _, s in orphans))
+    if missing and not run.dry_run:
+        kind = "image" if shard.kind == "image" else "icon"
+        for start in range(0, len(missing), 1000):
+            redis.lpush(QUEUE, *[json.dumps({"type": kind, "bucket": shard.bucket, "originalKey": k})
+                                 for k in missing[start:start + 1000]])
+    log.info("%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails %s, %d orphan thumbnails %s",
+             shard.bucket, shard.prefix or "(all)", masters, thumbs, len(missing),
+             "would be queued" if run.dry_run else "queued", len(orphans), "would go" if run.dry_run else "owed")
+    return {"shard": f"{shard.bucket}/{shard.prefix}", "masters": masters, "thumbnails": thumbs,
+            "missing_queued": len(missing), "orphans": len(orphans), "orphan_bytes": sum(s for _, s in orphans)}
+
+
+@contextmanager
+def keep_thumbnails_with_a_master(conn: psycopg.Connection, s3, bucket: str, keys: list[str]) -> Iterator[set[str]]:
+    """The outbox's guard for orphan thumbnails: keep any whose master exists again (a profile slot
+    uploaded anew since the check), by one listing per master prefix, just before the deletion."""
+    by_master: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        prefix = master_prefix_of_thumb(key)
+        if prefix is not None:
+            by_master[prefix].append(key)
+    needed = {k for prefix, ks in by_master.items() if first_key(s3, bucket, prefix, "") is not None for k in ks}
+    if needed:
+        log.info("keeping %d owed thumbnails: their master exists again", len(needed))
+    yield needed

@@ -1,0 +1,70 @@
+"""Seed 004's key layout and key checks (blobgc.media), without S3."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from blobgc.media import (
+    MediaError,
+    extension_of,
+    master_key,
+    master_prefix_of_thumb,
+    rev_month,
+    sniff,
+    thumb_key,
+    thumb_prefix,
+    time8,
+    user_key,
+)
+
+USER = "0001000000000002"
+
+
+def test_rev_month_and_time8():
+    assert rev_month(202510) == "797489" and rev_month(202601) == "797398"
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert time8(start) == "ffffffff"
+    assert time8(datetime(2026, 11, 1, 0, 0, 1, tzinfo=timezone.utc)) == f"{0xFFFFFFFF - 1000:08x}"
+    with pytest.raises(MediaError):
+        rev_month(202613)
+
+
+def test_master_thumb_and_prefix_keys():
+    when = datetime(2026, 11, 21, 12, tzinfo=timezone.utc)
+    master = master_key(USER, when, "jpg", "0badc0de")
+    assert master == f"{USER}/masters/797388/{time8(when)}0badc0de.jpg"
+    thumb = thumb_key(master, 640, 640)
+    assert thumb == f"{USER}/thumbs/797388/{time8(when)}0badc0de_640x640.webp"
+    assert thumb.startswith(thumb_prefix(master))
+    assert master_prefix_of_thumb(thumb) == master[:-3]
+    assert thumb_key(f"{USER}/masters/avatar.png", 64, 64) == f"{USER}/thumbs/avatar_64x64.webp"
+    assert master_prefix_of_thumb(f"{USER}/thumbs/avatar_64x64.webp") == f"{USER}/masters/avatar."
+
+
+@pytest.mark.parametrize("bad", ["../x", f"{USER}/../other/masters/797388/0123456789abcdef.jpg", "masters/..",
+                                 "masters/797388/0123456789abcdef.jpg/../../x", "%2e%2e/masters",
+                                 "masters/797388/0123456789ABCDEF.jpg", "staging/x.jpg", f"/{USER}/masters/x.jpg",
+                                 "0001000000000003/masters/797388/0123456789abcdef.jpg", "masters/797388/a.jpg",
+                                 "masters/797388/0123456789abcdef.jpg\n", "thumbs/797388/0123456789abcdef.webp"])
+def test_user_key_refuses_everything_outside_the_users_masters_and_thumbs(bad):
+    with pytest.raises(MediaError):
+        user_key(USER, bad)
+
+
+def test_user_key_accepts_the_users_keys_with_or_without_prefix():
+    key = "masters/797388/0123456789abcdef.jpg"
+    assert user_key(USER, key) == user_key(USER, f"{USER}/{key}") == f"{USER}/{key}"
+    assert user_key(USER, "thumbs/797388/0123456789abcdef_640x640.webp")
+
+
+def test_sniffing_and_extensions():
+    assert sniff(b"\xff\xd8\xff\xe0") == "JPEG"
+    assert sniff(b"\x89PNG\r\n\x1a\n....") == "PNG"
+    assert sniff(b"RIFF\x00\x00\x00\x00WEBPVP8 ") == "WEBP"
+    assert sniff(b"\x00\x00\x00\x18ftypheic\x00\x00") == "HEIC"
+    assert sniff(b"GIF89a") is None and sniff(b"<html>") is None
+    assert extension_of("A.JPEG") == "jpg" and extension_of("x.heic") == "heic"
+    for name in ("a.gif", "a", "a.jpg.exe", "svg.svg"):
+        with pytest.raises(MediaError):
+            extension_of(name)
