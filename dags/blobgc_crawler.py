@@ -91,11 +91,11 @@ def blobgc_crawler():
     @task
     def report(_: list[dict]) -> dict:
         from blobgc.crawler import finish_crawl
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
             summary = finish_crawl(conn, run.run_id)
-            return {**finish_run(conn, run, {"urls": summary}), "urls": summary}
+            return {**finish_dag_run(conn, run, {"urls": summary}), "urls": summary}
 
     report(crawl_batch.expand(batch_no=stage_requests()))
 

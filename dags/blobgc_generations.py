@@ -93,11 +93,11 @@ def blobgc_generations():
     @task
     def report(opened: dict, drained: dict) -> dict:
         from blobgc.generations import summarize
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
             collected = summarize(conn, run)
-            totals = finish_run(conn, run, {"generation": opened, "collected": collected, "objects": drained})
+            totals = finish_dag_run(conn, run, {"generation": opened, "collected": collected, "objects": drained})
         return {**totals, "generation": opened["generation"],
                 **{k: v for k, v in collected.items() if k != "generations"}}
 

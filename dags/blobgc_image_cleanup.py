@@ -62,10 +62,10 @@ def blobgc_image_cleanup():
 
     @task
     def report(deleted: dict, drained: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"images": deleted, "objects": drained})
+            return finish_dag_run(conn, run, {"images": deleted, "objects": drained})
 
     deleted = delete_unbound_images()
     drained = delete_owed_objects()

@@ -70,11 +70,11 @@ def blobgc_mark():
 
     @task(outlets=[MARKED_BLOBS])
     def publish_marks(page_usages_removed: int, marks: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         context = get_current_context()
         with gc_task(context) as (conn, run):
-            report = finish_run(conn, run, {"page_usages_removed": page_usages_removed, **marks})
+            report = finish_dag_run(conn, run, {"page_usages_removed": page_usages_removed, **marks})
         if run.dry_run:
             raise AirflowSkipException(f"dry run, sweep not triggered: {report}")
         return report

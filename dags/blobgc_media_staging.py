@@ -78,10 +78,10 @@ def blobgc_media_staging():
 
     @task
     def report(drained: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"objects": drained})
+            return finish_dag_run(conn, run, {"objects": drained})
 
     stale = delete_stale_staging.expand(shard=plan_shards())
     drained = delete_owed_objects()

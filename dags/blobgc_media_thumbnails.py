@@ -86,10 +86,10 @@ def blobgc_media_thumbnails():
 
     @task
     def report(made: dict, drained: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"thumbnails": made, "objects": drained})
+            return finish_dag_run(conn, run, {"thumbnails": made, "objects": drained})
 
     made = drain_thumbnail_queue()
     shards = plan_shards()

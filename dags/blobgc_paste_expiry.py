@@ -104,12 +104,12 @@ def blobgc_paste_expiry():
 
     @task
     def report(drift: dict, expired: list[dict], objects: dict, cache: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         parts = list(expired)
         totals = {key: sum(part[key] for part in parts) for key in parts[0]} if parts else {}
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"ref_counts": drift, "expired": totals, "objects": objects,
+            return finish_dag_run(conn, run, {"ref_counts": drift, "expired": totals, "objects": objects,
                                           "cache": cache})
 
     drift = check_ref_counts()

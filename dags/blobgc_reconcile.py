@@ -83,11 +83,11 @@ def blobgc_reconcile():
     @task
     def report(_: list[dict], drained: dict) -> dict:
         from blobgc.reconcile import summarize
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         with gc_task(get_current_context()) as (conn, run):
             totals = summarize(conn, run.run_id)
-            return {**finish_run(conn, run, {"reconcile": totals, "objects": drained}), **totals}
+            return {**finish_dag_run(conn, run, {"reconcile": totals, "objects": drained}), **totals}
 
     shards = reconcile_shard.expand(shard=plan_shards())
     drained = delete_owed_objects()

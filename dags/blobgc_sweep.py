@@ -90,12 +90,12 @@ def blobgc_sweep():
 
     @task
     def report(swept: list[dict], drained: dict) -> dict:
-        from blobgc.runs import finish_run
+        from blobgc.airflow_adapters import finish_dag_run
 
         parts = list(swept)
         totals = {key: sum(part[key] for part in parts) for key in parts[0]} if parts else {}
         with gc_task(get_current_context()) as (conn, run):
-            return finish_run(conn, run, {"swept": totals, "objects": drained})
+            return finish_dag_run(conn, run, {"swept": totals, "objects": drained})
 
     swept = delete_unused_blobs.expand(shard=plan_shards())
     drained = delete_owed_objects()

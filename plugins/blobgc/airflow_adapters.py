@@ -207,6 +207,38 @@ def gc_task(context: dict[str, Any]):
         yield conn, run
 
 
+def finish_dag_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The end of every blobgc DAG's report task: stamp the run finished, then emit its metrics."""
+    from blobgc.outbox import owed_summary
+    from blobgc.runs import finish_run
+
+    totals = finish_run(conn, run, details)
+    owed = owed_summary(conn, run.dag_id)[0]
+    emit_run_metrics(run, totals, owed)
+    return {**totals, "owed": owed}
+
+
+def emit_run_metrics(run: RunRef, totals: dict[str, Any], owed: int) -> None:
+    """`blobgc.<dag_id>.objects_deleted`, `.bytes_reclaimed` and `.rows_deleted` (counters, real runs, once
+    per run even if the report task is retried) and `.owed` (a gauge: objects the DAG still owes),
+    through Airflow's metrics ([metrics] statsd_on / otel_on). A metrics failure never fails the run."""
+    try:
+        from airflow.sdk.observability import stats
+        from airflow.sdk.observability.metrics import stats_utils
+
+        # a task run by the task runner has this done already; `airflow dags test` runs tasks in-process
+        stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
+        prefix = f"blobgc.{run.dag_id}"
+        if not run.dry_run and totals.get("first_finish"):
+            for name in ("objects_deleted", "bytes_reclaimed", "rows_deleted"):
+                stats.incr(f"{prefix}.{name}", count=int(totals[name]))
+        stats.gauge(f"{prefix}.owed", owed)
+    except Exception as error:  # noqa: BLE001 - metrics are best effort
+        import logging
+
+        logging.getLogger(__name__).warning("could not emit blobgc metrics for %s: %s", run.dag_id, error)
+
+
 OUTBOX_DRAINS = 2  # drains side by side: one's database work overlaps the other's S3 calls
 
 

@@ -59,8 +59,9 @@ def finish_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | 
         ).fetchone()
     if row is None:
         raise LookupError(f"no blobgc.run row for {run.dag_id}/{run.run_id}")
-    rows_deleted, objects_deleted, bytes_reclaimed = row
+    rows_deleted, objects_deleted, bytes_reclaimed, first = row
     return {
+        "first_finish": first,
         "dag_id": run.dag_id,
         "run_id": run.run_id,
         "dry_run": run.dry_run,
