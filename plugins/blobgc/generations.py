@@ -414,20 +414,20 @@ def collect_batch(conn: psycopg.Connection, run: RunRef, result: CollectResult, 
     params = {"blob_ids": blob_ids, "generation": result.generation}
     if run.dry_run:
         ids, sizes, cleared = conn.execute(queries.load("generations/select_unreferenced_blobs"), params).fetchone()
+        n_bytes = sum(s or 0 for s in sizes)
         result.keys += [mail_key(b) for b in ids]
         result.sizes += sizes
     else:
         with conn.transaction():
             ids, sizes, cleared = conn.execute(queries.load("generations/delete_unreferenced_blobs"),
                                                params).fetchone()
-            keys = [mail_key(b) for b in ids]
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes)
             n_bytes = sum(s or 0 for s in sizes)
+            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=[mail_key(b) for b in ids], sizes=sizes)
             add_counts(conn, run, rows=len(ids))
             conn.execute(queries.load("generations/add_collection_counts"),
                          {**key, "blobs": len(ids), "bytes": n_bytes, "deletions": cleared})
     result.blobs_deleted += len(ids)
-    result.bytes_reclaimed += sum(s or 0 for s in sizes)
+    result.bytes_reclaimed += n_bytes
     result.deletions_cleared += cleared
 
 

@@ -28,7 +28,7 @@ import logging
 import re
 import secrets
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -184,14 +184,20 @@ def extension_of(filename: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ quota
+def listing(s3, bucket: str, prefix: str) -> Iterator[dict]:
+    """Every object under a prefix, in key order."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+def list_keys(s3, bucket: str, prefix: str) -> list[str]:
+    return [o["Key"] for o in listing(s3, bucket, prefix)]
+
+
 def prefix_bytes(s3, bucket: str, prefix: str) -> tuple[int, int]:
     """(objects, bytes) under a prefix."""
-    objects = total = 0
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for o in page.get("Contents", []):
-            objects += 1
-            total += o["Size"]
-    return objects, total
+    sizes = [o["Size"] for o in listing(s3, bucket, prefix)]
+    return len(sizes), sum(sizes)
 
 
 def monthly_quota(s3, settings: MediaSettings, user: str, yyyymm: int | None = None) -> dict:
@@ -263,16 +269,40 @@ def check_slot(settings: MediaSettings, slot: str) -> None:
 
 
 # -------------------------------------------------------------------------------------------- finalize
+def is_missing(error: ClientError) -> bool:
+    """S3's answer for a key that does not exist (GET: NoSuchKey; HEAD: 404 with no body)."""
+    return error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound")
+
+
 def read_head(s3, bucket: str, key: str) -> tuple[int, bytes]:
     """(size, first 64 bytes) of a staged object."""
     try:
         head = s3.head_object(Bucket=bucket, Key=key)
         first = s3.get_object(Bucket=bucket, Key=key, Range="bytes=0-63")["Body"].read()
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+        if is_missing(error):
             raise MediaError("not_found", f"nothing was uploaded to {key}") from error
         raise
     return head["ContentLength"], first
+
+
+def staged_format(s3, bucket: str, staging_key: str, limit: int,
+                  check: Callable[[int], None] = lambda size: None) -> str:
+    """The sniffed format of an uploaded staging object, after its size (and `check`, such as the quota).
+    Any refusal deletes the staging object before raising, so no intermediate garbage is left."""
+    try:
+        size, first = read_head(s3, bucket, staging_key)
+        check_size(size, limit)
+        check(size)
+        fmt = sniff(first)
+        if fmt is None:
+            raise MediaError("not_an_image", f"{staging_key} is not a JPEG, PNG, WEBP or HEIC image, whatever its "
+                                             "extension says")
+    except MediaError as error:
+        if error.kind != "not_found":
+            s3.delete_object(Bucket=bucket, Key=staging_key)
+        raise
+    return fmt
 
 
 def move(s3, bucket: str, source: str, target: str, mime: str) -> None:
@@ -304,18 +334,8 @@ def finalize(s3, redis, settings: MediaSettings, user: str, staging_key: str, *,
         raise MediaError("bad_key", f"{staging_key!r} is not in user {user}'s staging area")
     bucket = settings.images_bucket
     now = now or datetime.now(timezone.utc)
-    try:
-        size, first = read_head(s3, bucket, staging_key)
-        check_size(size, settings.file_limit_bytes)
-        check_quota(s3, settings, user, size, now)
-        fmt = sniff(first)
-        if fmt is None:
-            raise MediaError("not_an_image", f"{staging_key} is not a JPEG, PNG, WEBP or HEIC image, whatever its "
-                                             "extension says")
-    except MediaError as error:
-        if error.kind != "not_found":
-            s3.delete_object(Bucket=bucket, Key=staging_key)
-        raise
+    fmt = staged_format(s3, bucket, staging_key, settings.file_limit_bytes,
+                        lambda size: check_quota(s3, settings, user, size, now))
     ext = FORMAT_EXTENSION[fmt]  # the bytes decide, not the name
     target = master_key(user, now, ext)
     move(s3, bucket, staging_key, target, EXTENSIONS[ext])
@@ -333,16 +353,8 @@ def finalize_profile(s3, redis, settings: MediaSettings, user: str, slot: str, s
     if staged is None or staged["user"] != user or staged["slot"] != slot:
         raise MediaError("bad_key", f"{staging_key!r} is not in user {user}'s staging area for {slot}")
     bucket = settings.profiles_bucket
-    try:
-        size, first = read_head(s3, bucket, staging_key)
-        check_size(size, min(size_limit_bytes or settings.file_limit_bytes, settings.file_limit_bytes))
-        fmt = sniff(first)
-        if fmt is None:
-            raise MediaError("not_an_image", f"{staging_key} is not a JPEG, PNG, WEBP or HEIC image")
-    except MediaError as error:
-        if error.kind != "not_found":
-            s3.delete_object(Bucket=bucket, Key=staging_key)
-        raise
+    fmt = staged_format(s3, bucket, staging_key,
+                        min(size_limit_bytes or settings.file_limit_bytes, settings.file_limit_bytes))
     target = f"{user}/masters/{slot}.{FORMAT_EXTENSION[fmt]}"
     move(s3, bucket, staging_key, target, EXTENSIONS[FORMAT_EXTENSION[fmt]])
     stale = [k for k in list_keys(s3, bucket, f"{user}/masters/{slot}.") if k != target]
@@ -353,11 +365,6 @@ def finalize_profile(s3, redis, settings: MediaSettings, user: str, slot: str, s
 
 
 # ---------------------------------------------------------------------------- listing, reading, deleting
-def list_keys(s3, bucket: str, prefix: str) -> list[str]:
-    return [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for o in page.get("Contents", [])]
-
-
 def list_images(s3, settings: MediaSettings, user: str, offset: int = 0, limit: int = 50) -> list[dict]:
     """The user's images, newest first: `limit` masters after skipping `offset`."""
     check_user(user)
@@ -385,7 +392,7 @@ def get_image_bytes(s3, settings: MediaSettings, user: str, key: str) -> bytes:
     try:
         return s3.get_object(Bucket=settings.images_bucket, Key=full)["Body"].read()
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+        if is_missing(error):
             raise MediaError("not_found", f"user {user} has no {key}") from error
         raise
 
@@ -496,7 +503,7 @@ def make_thumbnails(s3, settings: MediaSettings, raw: str) -> int:
     try:
         data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+        if is_missing(error):
             return 0
         raise
     try:

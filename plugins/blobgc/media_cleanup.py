@@ -26,11 +26,12 @@ from blobgc.media import (
     QUEUE,
     THUMB,
     MediaSettings,
+    listing,
     master_prefix_of_thumb,
     thumb_key,
 )
 from blobgc.outbox import MEDIA_THUMBNAIL_SOURCE, replace_run_log
-from blobgc.reconcile import HIGHEST, first_key
+from blobgc.reconcile import first_key, leading_shards
 from blobgc.runs import RunRef, add_counts
 
 log = logging.getLogger(__name__)
@@ -49,31 +50,16 @@ class MediaShard:
         return {"bucket": self.bucket, "prefix": self.prefix, "kind": self.kind}
 
 
-def leading_characters(s3, bucket: str, prefix: str) -> list[str]:
-    """The distinct characters that follow `prefix` in the bucket's keys: one listing call each."""
-    found, after = [], prefix
-    while (key := first_key(s3, bucket, prefix, after)) is not None:
-        char = key[len(prefix)]
-        found.append(char)
-        after = prefix + char + HIGHEST
-    return found
-
-
 def staging_shards(s3, settings: MediaSettings) -> list[MediaShard]:
-    return [MediaShard(bucket, f"{prefix}{c}", "staging")
+    return [MediaShard(bucket, shard, "staging")
             for bucket, prefix in ((settings.images_bucket, "staging/"), (settings.profiles_bucket, "profiles-staging/"))
-            for c in leading_characters(s3, bucket, prefix)]
+            for shard in leading_shards(s3, bucket, prefix)]
 
 
 def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
-    return [MediaShard(bucket, c, kind)
+    return [MediaShard(bucket, shard, kind)
             for bucket, kind in ((settings.images_bucket, "image"), (settings.profiles_bucket, "icon"))
-            for c in leading_characters(s3, bucket, "")]
-
-
-def listing(s3, bucket: str, prefix: str) -> Iterator[dict]:
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        yield from page.get("Contents", [])
+            for shard in leading_shards(s3, bucket, "")]
 
 
 # ----------------------------------------------------------------------------------------------- staging

@@ -117,6 +117,17 @@ def first_key(s3, bucket: str, prefix: str, start_after: str) -> str | None:
     return contents[0]["Key"] if contents else None
 
 
+def leading_shards(s3, bucket: str, prefix: str, chars: int = 1) -> list[str]:
+    """The distinct `prefix` + `chars` characters that the bucket's keys under `prefix` start with, in
+    order: one listing call per shard found, skipping each shard whole."""
+    found, after = [], prefix
+    while (key := first_key(s3, bucket, prefix, after)) is not None:
+        shard = key[:len(prefix) + chars]
+        found.append(shard)
+        after = shard + HIGHEST
+    return found
+
+
 def discover_shards(
     s3, bucket: str, prefixes: list[str] | None = None, conn: psycopg.Connection | None = None
 ) -> list[Shard]:
@@ -130,12 +141,7 @@ def discover_shards(
     """
     shards: list[Shard] = []
     for source in KEY_SOURCES:
-        found: set[str] = set()
-        after = source.prefix
-        while (key := first_key(s3, bucket, source.prefix, after)) is not None:
-            shard = key[:len(source.prefix) + source.shard_chars]
-            found.add(shard)
-            after = shard + HIGHEST
+        found = set(leading_shards(s3, bucket, source.prefix, source.shard_chars))
         if conn is not None:
             found |= {source.prefix + r[0] for r in conn.execute(queries.load(source.shards_query)) if r[0]}
         shards += [Shard(prefix, source.name) for prefix in sorted(found)]
