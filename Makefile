@@ -6,7 +6,7 @@ STAMP := $(VENV)/.requirements-installed
 ENV := .blobgc/env
 PYTEST_ARGS ?=
 
-.PHONY: help venv up down status migrate demo test test-unit bench compose-check clean
+.PHONY: help venv up down status migrate demo test test-unit bench compose-check clean browser
 
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
@@ -38,7 +38,11 @@ migrate: up
 demo: up
 	source $(ENV) && python -m blobgc.demo
 
-test: up
+# Debian's chromium, for the reclaim page's test in a real headless browser.
+browser:
+	bash scripts/install_chromium.sh
+
+test: up browser
 	source $(ENV) && python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

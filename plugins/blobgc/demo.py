@@ -261,14 +261,24 @@ def run_dag(dag_id: str, conf: dict) -> bool:
 
 
 def print_summary(conn: psycopg.Connection, since: datetime) -> None:
+    """This demo's runs as a table, one line per run, with the real runs' total and what is still owed."""
     rows = conn.execute(queries.load("demo/select_runs_since"), {"since": since}).fetchall()
-    header = f"{'dag_id':<28} {'mode':<8} {'rows':>8} {'objects':>8} {'bytes':>12}"
-    print("\nReclaim summary (this demo's runs, from blobgc.run; daily totals in blobgc.reclaim_daily)")
+    header = f"| {'DAG':<26} | {'mode':<7} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
+    rule = "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"
+    print("\nReclaim summary (this demo's runs, from blobgc.run; per day in blobgc.reclaim_daily)")
     print(header)
-    print("-" * len(header))
+    print(rule)
+    total = [0, 0, 0]
     for dag_id, _run_id, dry_run, n_rows, n_objects, n_bytes in rows:
-        print(f"{dag_id:<28} {'dry-run' if dry_run else 'real':<8} {n_rows:>8} {n_objects:>8} "
-              f"{human_bytes(n_bytes):>12}")
+        print(f"| {dag_id:<26} | {'dry-run' if dry_run else 'real':<7} | {n_rows:>7,} | {n_objects:>8,} | "
+              f"{human_bytes(n_bytes):>10} |")
+        if not dry_run:
+            total = [total[0] + n_rows, total[1] + n_objects, total[2] + n_bytes]
+    print(rule)
+    print(f"| {'all real runs':<26} | {'real':<7} | {total[0]:>7,} | {total[1]:>8,} | {human_bytes(total[2]):>10} |")
+    owed = conn.execute("SELECT count(*), coalesce(sum(cardinality(coalesce(o.keys, l.keys))), 0) "
+                        "FROM blobgc.outbox o JOIN blobgc.deletion_log l ON l.id = o.log_id").fetchone()
+    print(f"Owed deletions still outstanding: {owed[1]} objects in {owed[0]} log rows")
 
 
 def main() -> int:
@@ -283,6 +293,8 @@ def main() -> int:
         print_summary(conn, since)
     port = os.environ.get("AIRFLOW__API__PORT", "8080")
     print(f"\nAirflow UI: http://localhost:{port}  (user admin, password admin)")
+    print(f"Storage reclaim page: http://localhost:{port}/blobgc/reclaim  (in the UI: Browse > Storage reclaim; "
+          f"JSON for BI tools at /blobgc/api/reclaim)")
     return 0 if ok else 1
 
 

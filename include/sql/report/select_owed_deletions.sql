@@ -1,0 +1,12 @@
+-- Object deletions still owed, per DAG and bucket: keys, bytes, the oldest, the most attempts and a last error.
+SELECT o.dag_id, o.bucket,
+       count(*)::bigint                                                     AS log_rows,
+       sum(cardinality(coalesce(o.keys, l.keys)))::bigint                   AS objects,
+       sum((SELECT coalesce(sum(s), 0) FROM unnest(coalesce(o.sizes, l.sizes)) s))::bigint AS bytes,
+       min(o.created_at)                                                    AS oldest,
+       max(o.attempts)                                                      AS max_attempts,
+       (array_agg(o.last_errors::text ORDER BY o.last_attempt_at DESC NULLS LAST))[1] AS last_errors
+FROM blobgc.outbox o
+JOIN blobgc.deletion_log l ON l.id = o.log_id
+GROUP BY o.dag_id, o.bucket
+ORDER BY o.dag_id, o.bucket;

@@ -1,0 +1,5 @@
+-- Storage reclaimed per day, DAG and dry-run flag since a day, straight from the analysts' view (CONTRACT §5).
+SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed
+FROM blobgc.reclaim_daily
+WHERE day >= %(since)s
+ORDER BY day, dag_id, dry_run;
