@@ -20,6 +20,10 @@ benchmark deletes would take most of an hour. `POST /_blobgc/bulk-put?bucket=NAM
 `key<TAB>size` lines stores each object (`size` bytes) straight into moto's backend, as a PUT
 would, and answers with the count. It exists only in this local server (loopback, never in
 production) and only loads data: every deletion a benchmark measures goes through the S3 API.
+
+Outage drill: `PUT /_blobgc/outage?bucket=NAME` makes every S3 request on that bucket answer 503
+ServiceUnavailable, as S3 does when it is down or shedding load, until `DELETE /_blobgc/outage?bucket=NAME`.
+Other buckets are untouched. The runbook's backfill test uses it to make real DAG runs fail on S3.
 """
 from __future__ import annotations
 
@@ -36,6 +40,9 @@ from moto.s3.responses import S3Response
 from werkzeug.wrappers import Request, Response
 
 BULK_PUT_PATH = "/_blobgc/bulk-put"
+OUTAGE_PATH = "/_blobgc/outage"
+OUTAGE_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable</Code>"
+               b"<Message>blobgc outage drill: this bucket is down</Message></Error>")
 
 
 def bump_version(method_name: str):
@@ -112,10 +119,17 @@ S3Response._bucket_response_delete_keys = delete_keys_honouring_quiet
 
 
 class WithBulkPut(DomainDispatcherApplication):
-    """moto's WSGI application, plus the benchmark fixture loader at BULK_PUT_PATH."""
+    """moto's WSGI application, plus the benchmark fixture loader at BULK_PUT_PATH and the outage drill."""
+
+    buckets_down: set[str] = set()
 
     def __call__(self, environ, start_response):
-        if environ.get("PATH_INFO") != BULK_PUT_PATH:
+        path = environ.get("PATH_INFO", "")
+        if path == OUTAGE_PATH:
+            return self.outage(Request(environ))(environ, start_response)
+        if self.buckets_down and path.split("/", 2)[1] in self.buckets_down:
+            return Response(OUTAGE_BODY, 503, content_type="application/xml")(environ, start_response)
+        if path != BULK_PUT_PATH:
             return super().__call__(environ, start_response)
         request = Request(environ)
         bucket = request.args.get("bucket", "")
@@ -129,6 +143,17 @@ class WithBulkPut(DomainDispatcherApplication):
         except Exception as error:  # noqa: BLE001 - report any fixture error to the caller
             return Response(f"bulk put failed after {stored} objects: {error!r}", 400)(environ, start_response)
         return Response(str(stored), 200)(environ, start_response)
+
+
+    def outage(self, request: Request) -> Response:
+        bucket = request.args.get("bucket", "")
+        if not bucket:
+            return Response("bucket is required", 400)
+        if request.method == "PUT":
+            self.buckets_down.add(bucket)
+        elif request.method == "DELETE":
+            self.buckets_down.discard(bucket)
+        return Response(" ".join(sorted(self.buckets_down)), 200)
 
 
 moto.server.DomainDispatcherApplication = WithBulkPut

@@ -6,9 +6,11 @@ loudly; nothing is skipped.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -179,3 +181,32 @@ def wait_until(predicate, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.02)
+
+
+AIRFLOW_API = f"http://127.0.0.1:{os.environ.get('BLOBGC_AIRFLOW_PORT', '8080')}"
+
+
+def airflow_token(username: str = "admin", password: str = "admin") -> str:
+    """A JWT from the running api-server, as a BI tool or script gets one."""
+    request = urllib.request.Request(AIRFLOW_API + "/auth/token", method="POST",
+                                     data=json.dumps({"username": username, "password": password}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.load(r)["access_token"]
+
+
+def airflow_api(path: str, *, method: str = "GET", body: dict | None = None, token: str | None = None) -> dict:
+    """A call to the running api-server's public REST API (/api/v2/...), as admin."""
+    request = urllib.request.Request(
+        AIRFLOW_API + path, method=method, data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token or airflow_token()}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.load(r)
+
+
+def s3_outage(bucket: str, down: bool) -> None:
+    """The local S3 server's outage drill: every request on `bucket` answers 503 while it is down."""
+    request = urllib.request.Request(f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/outage?bucket={bucket}",
+                                     method="PUT" if down else "DELETE")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 200
