@@ -24,11 +24,15 @@ ALREADY_GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion"})
 
 @dataclass
 class DeleteOutcome:
-    """Which keys S3 confirmed deleted (or already absent), and which failed, with their last error."""
+    """Which keys S3 confirmed deleted (or already absent), and which failed, with their last error.
+
+    On a versioned bucket, `markers` holds the version id of the delete marker each deleted key got.
+    """
 
     deleted: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     calls: int = 0
+    markers: dict[str, str] = field(default_factory=dict)
 
 
 def chunked(items: Sequence[str] | Iterable[str], size: int) -> Iterator[list[str]]:
@@ -53,6 +57,11 @@ def backoff_delay(attempt: int, base_delay: float, max_delay: float = 20.0) -> f
     return random.uniform(0, min(max_delay, base_delay * (2**attempt)))
 
 
+def bucket_is_versioned(client, bucket: str) -> bool:
+    """Whether deleting from `bucket` leaves a delete marker: versioning Enabled, or Suspended with old versions."""
+    return client.get_bucket_versioning(Bucket=bucket).get("Status") in ("Enabled", "Suspended")
+
+
 def check_batch_size(batch_size: int) -> None:
     """Refuse a batch size S3 would refuse: DeleteObjects takes 1 to 1000 keys."""
     if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
@@ -69,8 +78,12 @@ def delete_objects_in_batches(
     max_attempts: int = 5,
     base_delay: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
+    versioned: bool = False,
 ) -> DeleteOutcome:
     """Delete `keys` with one DeleteObjects call per up to 1000 keys, `concurrency` calls at a time.
+
+    Quiet mode (errors only) unless `versioned`: then S3 lists each deleted key with the version id
+    of its delete marker, which the outcome keeps for the deletion log (blobgc_restore undoes it).
 
     DeleteObjects answers 200 even when keys fail: every entry of `Errors[]` is examined. Keys that
     failed with a retryable code (SlowDown, 5xx) are sent again with exponential backoff; keys that
@@ -81,7 +94,8 @@ def delete_objects_in_batches(
     chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
 
     def one(chunk: list[str]) -> DeleteOutcome:
-        return delete_chunk(client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep)
+        return delete_chunk(client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep,
+                            versioned=versioned)
 
     if concurrency > 1 and len(chunks) > 1:
         with ThreadPoolExecutor(min(concurrency, len(chunks))) as pool:
@@ -93,6 +107,7 @@ def delete_objects_in_batches(
         outcome.deleted.extend(part.deleted)
         outcome.failed.update(part.failed)
         outcome.calls += part.calls
+        outcome.markers.update(part.markers)
     if outcome.failed:
         log.warning("%d of %d keys in %s were not deleted; they stay owed",
                     len(outcome.failed), len(outcome.failed) + len(outcome.deleted), bucket)
@@ -100,7 +115,8 @@ def delete_objects_in_batches(
 
 
 def delete_chunk(
-    client, bucket: str, chunk: list[str], *, max_attempts: int, base_delay: float, sleep: Callable[[float], None]
+    client, bucket: str, chunk: list[str], *, max_attempts: int, base_delay: float, sleep: Callable[[float], None],
+    versioned: bool = False,
 ) -> DeleteOutcome:
     """One DeleteObjects call for up to 1000 keys, resending the keys that failed with a retryable code."""
     outcome = DeleteOutcome()
@@ -110,7 +126,7 @@ def delete_chunk(
         try:
             outcome.calls += 1
             response = client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": True}
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": not versioned}
             )
         except ClientError as error:
             if not is_retryable(error) or attempt == max_attempts - 1:
@@ -120,6 +136,9 @@ def delete_chunk(
                         bucket, error.response.get("Error", {}).get("Code"), len(pending), delay)
             sleep(delay)
             continue
+        for done in response.get("Deleted", []) if versioned else ():
+            if done.get("DeleteMarkerVersionId"):
+                outcome.markers[done["Key"]] = done["DeleteMarkerVersionId"]
         retry: list[str] = []
         not_deleted: set[str] = set()
         for err in response.get("Errors", []):

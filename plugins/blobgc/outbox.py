@@ -14,9 +14,10 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from blobgc import queries
-from blobgc.objects import MAX_KEYS_PER_CALL, delete_objects_in_batches
+from blobgc.objects import MAX_KEYS_PER_CALL, bucket_is_versioned, delete_objects_in_batches
 from blobgc.runs import RunRef, add_counts
 from blobgc.sizes import human_bytes
 
@@ -50,17 +51,20 @@ def record_deletions(
     bucket: str,
     keys: Sequence[str],
     sizes: Sequence[int | None],
+    rows: Sequence[dict] | None = None,
 ) -> None:
     """Log `keys` and owe their deletion; call inside the transaction that deletes their rows.
 
     On a dry run the keys are logged (the run's report of what would go) and nothing is owed.
+    `rows` are the deleted rows' images, for a source whose rows blobgc_restore can put back.
     """
     if not keys:
         return
     conn.execute(
         queries.load("outbox/insert_deletions"),
         {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
-         "bucket": bucket, "keys": list(keys), "sizes": list(sizes)},
+         "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
+         "rows": Jsonb(list(rows)) if rows else None},
     )
 
 
@@ -236,7 +240,9 @@ def settle_batches(
     for _log_id, bucket, source, keys, _sizes in rows:
         by_group[(bucket, source)].extend(keys)
     failures: dict[tuple[str, str], str] = {}
+    markers: dict[tuple[str, str], str] = {}
     kept: set[tuple[str, str]] = set()
+    versioned = {bucket: bucket_is_versioned(s3, bucket) for bucket, _ in by_group}
     with ExitStack() as guards:
         for (bucket, source), keys in by_group.items():
             guard = key_guard(source)
@@ -244,8 +250,9 @@ def settle_batches(
             kept.update((bucket, key) for key in needed)
             outcome = delete_objects_in_batches(s3, bucket, [k for k in keys if k not in needed],
                                                 batch_size=min(batch_size, MAX_KEYS_PER_CALL),
-                                                concurrency=concurrency)
+                                                concurrency=concurrency, versioned=versioned[bucket])
             failures.update({(bucket, key): error for key, error in outcome.failed.items()})
+            markers.update({(bucket, key): version for key, version in outcome.markers.items()})
     done = done_bytes = failed = 0
     for log_id, bucket, _source, keys, sizes in rows:
         pairs = list(zip(keys, sizes, strict=True))
@@ -256,6 +263,7 @@ def settle_batches(
             "failed_keys": [k for k, _ in bad], "failed_sizes": [sz for _, sz in bad],
             "errors": json.dumps({k: failures[(bucket, k)] for k, _ in bad}) if bad else None,
             "done_keys": [k for k, _ in ok],
+            "done_versions": [markers.get((bucket, k)) for k, _ in ok] if versioned[bucket] else None,
             "kept_keys": [k for k, _ in pairs if (bucket, k) in kept],
         })
         done += len(ok)

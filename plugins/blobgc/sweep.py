@@ -53,7 +53,7 @@ class SweepResult:
 def delete_unreferenced(conn: psycopg.Connection, ids: list[str]) -> tuple[list[tuple[str, int | None]], list[str]]:
     """Delete `ids` inside a savepoint; when a reference makes the DELETE fail, split the batch.
 
-    Returns the deleted (id, size) rows and the ids a foreign key still protects.
+    Returns the deleted (id, size, row image) rows and the ids a foreign key still protects.
     """
     try:
         with conn.transaction():
@@ -114,12 +114,13 @@ def sweep_unused_blobs(
                 conn.execute(queries.load("sweep/update_blobs_used"), {"ids": kept})
             keys: list[str] = []
             sizes_out: list[int | None] = []
-            for blob_id, size in deleted:
+            for blob_id, size, *_image in deleted:
                 raw, thumb = blob_object_keys(blob_id)
                 keys += [raw, thumb]
                 sizes_out += [size, None]
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes_out)
-            batch_bytes = sum(size or 0 for _, size in deleted)
+            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes_out,
+                             rows=[image for _, _, *images in deleted for image in images])
+            batch_bytes = sum(size or 0 for _, size, *_image in deleted)
             if run.dry_run:
                 add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes)
             else:

@@ -18,6 +18,7 @@ EXPECTED_TASKS = {
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
     "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
     "blobgc_media_staging": {"plan_shards", "delete_stale_staging", "delete_owed_objects", "report"},
+    "blobgc_restore": {"plan_restore", "cancel_owed_deletions", "restore_objects", "restore_rows", "report"},
     "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "delete_owed_objects",
                                 "report"},
 }

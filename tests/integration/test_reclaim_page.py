@@ -57,7 +57,7 @@ def view_rows(conn, since: date) -> list[dict]:
     cur = conn.execute("SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed "
                        "FROM blobgc.reclaim_daily WHERE day >= %s ORDER BY day, dag_id, dry_run", (since,))
     names = [c.name for c in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 @pytest.fixture

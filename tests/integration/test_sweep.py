@@ -195,6 +195,9 @@ class RefusingClient:
     def __init__(self, inner, refuse: set[str]):
         self.inner, self.refuse = inner, refuse
 
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
     def delete_objects(self, Bucket, Delete):
         allowed = [o for o in Delete["Objects"] if o["Key"] not in self.refuse]
         if allowed:
@@ -245,6 +248,9 @@ def test_1001_blobs_cross_the_batch_boundary(conn, s3, bucket):
     class Counting:
         def __init__(self, inner):
             self.inner, self.sizes = inner, []
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
 
         def delete_objects(self, Bucket, Delete):
             self.sizes.append(len(Delete["Objects"]))

@@ -1,4 +1,4 @@
--- Settle one claimed log row: keys S3 refused stay owed with their errors, the row goes once none is left, and who deleted or kept which keys is recorded.
+-- Settle one claimed log row: keys S3 refused stay owed with their errors, the row goes once none is left, and who deleted (with the delete markers' version ids on a versioned bucket) or kept which keys is recorded.
 WITH still_owed AS (
     UPDATE blobgc.outbox
     SET keys = %(failed_keys)b::text[],
@@ -13,7 +13,8 @@ WITH still_owed AS (
     WHERE log_id = %(log_id)s AND cardinality(%(failed_keys)b::text[]) = 0
     RETURNING log_id
 )
-INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys, outcome)
-SELECT %(log_id)s, %(run_id)s, k.keys, k.outcome
-FROM (VALUES (%(done_keys)b::text[], 'deleted'), (%(kept_keys)b::text[], 'kept')) AS k(keys, outcome)
+INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys, outcome, version_ids)
+SELECT %(log_id)s, %(run_id)s, k.keys, k.outcome, k.version_ids
+FROM (VALUES (%(done_keys)b::text[], 'deleted', %(done_versions)s::text[]),
+             (%(kept_keys)b::text[], 'kept', NULL::text[])) AS k(keys, outcome, version_ids)
 WHERE cardinality(k.keys) > 0
