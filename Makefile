@@ -12,6 +12,7 @@ help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
 	@echo "make test      run the whole test suite against the real local stack"
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
+	@echo "make up EXECUTOR=celery   the same stack on CeleryExecutor with two local workers"
 	@echo "make bench     run the benchmarks under bench/ (figures go in docs/benchmarks.md)"
 
 $(STAMP): requirements.txt
@@ -21,8 +22,11 @@ $(STAMP): requirements.txt
 
 venv: $(STAMP)
 
+# EXECUTOR=celery: the same stack on CeleryExecutor, with two local Celery workers (Redis is the broker).
+EXECUTOR ?= local
+
 up: venv
-	$(VENV)/bin/python scripts/stack.py up
+	BLOBGC_EXECUTOR=$(EXECUTOR) $(VENV)/bin/python scripts/stack.py up
 
 down:
 	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python scripts/stack.py down; \

@@ -6,6 +6,7 @@ Every service is a real server started from a package in `.venv` (PostgreSQL fro
 Airflow from `apache-airflow`). All state, logs and pid files live under `.blobgc/`.
 
     python scripts/stack.py up      # idempotent: starts what is not running, exits 0 if all is up
+    BLOBGC_EXECUTOR=celery python scripts/stack.py up   # the same stack on CeleryExecutor (make up EXECUTOR=celery)
     python scripts/stack.py down    # stops, by pid, every process that `up` started
     python scripts/stack.py status
 """
@@ -45,6 +46,14 @@ S3_SECRET = "blobgc-local-secret"
 REGION = "us-east-1"
 BUCKETS = ("blobgc", "fakebook-images", "fakebook-profiles")
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# `make up EXECUTOR=celery`: CeleryExecutor with Redis (the stack's own, its database 1) as the broker and two
+# local workers with distinct names. Each worker reports its name as the task instances' hostname, as two
+# machines would. Switching executors restarts the scheduler and the workers only.
+EXECUTOR = os.environ.get("BLOBGC_EXECUTOR", "").strip().lower() or "local"
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
+CELERY_WORKERS = ("worker-1", "worker-2")
+CELERY_WORKER_CONCURRENCY = 2
+WORKER_LOG_PORT = int(os.environ.get("BLOBGC_WORKER_LOG_PORT", "8793"))
 # PostgreSQL refuses to run as root; when we are root it runs as this existing unprivileged user.
 PG_SYSTEM_USER = "nobody"
 
@@ -146,7 +155,8 @@ def stack_env() -> dict[str, str]:
         "BLOBGC_ROOT": str(ROOT),
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__EXECUTOR": EXECUTORS[EXECUTOR],
+        "BLOBGC_EXECUTOR": EXECUTOR,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{AIRFLOW_PORT}/execution/",
@@ -160,6 +170,19 @@ def stack_env() -> dict[str, str]:
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "10",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(airflow_home / "logs"),
+        **celery_env(),
+    }
+
+
+def celery_env() -> dict[str, str]:
+    if EXECUTOR != "celery":
+        return {}
+    return {
+        "AIRFLOW__CELERY__BROKER_URL": f"redis://{HOST}:{REDIS_PORT}/1",
+        "AIRFLOW__CELERY__RESULT_BACKEND": f"redis://{HOST}:{REDIS_PORT}/2",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(CELERY_WORKER_CONCURRENCY),
+        # one task at a time per free slot: a worker does not hoard queued tasks the other could run
+        "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
     }
 
 
@@ -315,6 +338,46 @@ def airflow_health() -> bool:
 POOLS = [("blobgc_s3", 4, "S3 batch deletes (blobgc)"), ("blobgc_http", 4, "partner photo downloads (blobgc_crawler)")]
 
 
+def running_executor() -> str | None:
+    path = STATE / "executor"
+    return path.read_text().strip() if path.exists() else None
+
+
+def switch_executor() -> None:
+    """Stop what runs tasks with another executor: the scheduler and any Celery workers."""
+    current = running_executor() or "local"
+    if current == EXECUTOR or not pid_alive(read_pid("airflow-scheduler")):
+        return
+    log(f"switching Airflow from {current} to {EXECUTOR}: restarting the scheduler")
+    for name in [f"airflow-celery-{w}" for w in CELERY_WORKERS] + ["airflow-scheduler"]:
+        pid = read_pid(name)
+        if pid_alive(pid):
+            stop_pid(name, pid)
+        (PIDS / f"{name}.pid").unlink(missing_ok=True)
+
+
+def up_celery_workers(penv: dict[str, str]) -> None:
+    airflow = str(VENV_BIN / "airflow")
+    started: dict[Path, int] = {}
+    for n, worker in enumerate(CELERY_WORKERS):
+        name = f"airflow-celery-{worker}"
+        if pid_alive(read_pid(name)):
+            continue
+        logfile = LOGS / f"{name}.log"
+        started[logfile] = logfile.stat().st_size if logfile.exists() else 0
+        wenv = dict(penv)
+        wenv.update({
+            "BLOBGC_WORKER_NAME": f"blobgc-{worker}",
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "blobgc.worker_identity.hostname",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(WORKER_LOG_PORT + n),
+        })
+        log(f"starting airflow celery {worker}")
+        spawn(name, [airflow, "celery", "worker", "--celery-hostname", f"blobgc-{worker}@%h",
+                     "--concurrency", str(CELERY_WORKER_CONCURRENCY), "--without-gossip", "--without-mingle"], wenv)
+    for logfile, offset in started.items():  # "celery@<name> ready." once the worker consumes from the broker
+        wait_for(lambda f=logfile, o=offset: b" ready." in f.read_bytes()[o:], f"celery {logfile.stem}", 120, logfile)
+
+
 def up_airflow(env: dict[str, str]) -> None:
     home = Path(env["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
@@ -322,9 +385,11 @@ def up_airflow(env: dict[str, str]) -> None:
     if not pw.exists():
         pw.write_text(json.dumps({"admin": "admin"}))
     penv = process_env(env)
+    switch_executor()
     running = {c: pid_alive(read_pid(f"airflow-{c}")) for c in AIRFLOW_COMPONENTS}
-    if all(running.values()) and airflow_health():
-        log("airflow already running")
+    workers_up = EXECUTOR != "celery" or all(pid_alive(read_pid(f"airflow-celery-{w}")) for w in CELERY_WORKERS)
+    if all(running.values()) and workers_up and airflow_health():
+        log(f"airflow already running ({EXECUTOR} executor)")
         return
     if not running["api-server"] and port_open(AIRFLOW_PORT):
         raise SystemExit(f"[stack] port {AIRFLOW_PORT} is taken by another process; set BLOBGC_AIRFLOW_PORT")
@@ -343,6 +408,9 @@ def up_airflow(env: dict[str, str]) -> None:
             argv += ["--port", str(AIRFLOW_PORT), "--host", "0.0.0.0"]
         log(f"starting airflow {component}")
         spawn(f"airflow-{component}", argv, penv)
+    (STATE / "executor").write_text(EXECUTOR + "\n")
+    if EXECUTOR == "celery":
+        up_celery_workers(penv)
     wait_for(airflow_health, "airflow api-server", 180, LOGS / "airflow-api-server.log")
 
 
@@ -385,7 +453,8 @@ def cmd_down() -> None:
     if not PIDS.exists():
         log("nothing to stop")
         return
-    order = [f"airflow-{c}" for c in AIRFLOW_COMPONENTS] + ["s3", "redis", "postgres"]
+    order = ([f"airflow-celery-{w}" for w in CELERY_WORKERS] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
+             + ["s3", "redis", "postgres"])
     for name in order:
         pid = read_pid(name)
         if pid_alive(pid):
@@ -393,12 +462,16 @@ def cmd_down() -> None:
             # postgres: SIGINT is its "fast" shutdown
             stop_pid(name, pid, signal.SIGINT if name == "postgres" else signal.SIGTERM)
         (PIDS / f"{name}.pid").unlink(missing_ok=True)
+    (STATE / "executor").unlink(missing_ok=True)
     log("stack is down")
 
 
 def cmd_status() -> int:
     rc = 0
     names = ["postgres", "redis", "s3"] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
+    if (running_executor() or "local") == "celery":
+        names += [f"airflow-celery-{w}" for w in CELERY_WORKERS]
+    print(f"executor: {running_executor() or 'local'}")
     for name in names:
         pid = read_pid(name)
         alive = pid_alive(pid)
