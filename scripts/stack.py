@@ -324,6 +324,8 @@ def up_s3(env: dict[str, str]) -> None:
     for bucket in BUCKETS:
         if bucket not in have:
             s3.create_bucket(Bucket=bucket)
+        # versioned, as docker-compose's MinIO buckets are: blobgc_restore can undo a run's deletions
+        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 
 
 # ---------------------------------------------------------------- Airflow

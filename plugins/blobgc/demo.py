@@ -227,10 +227,19 @@ DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
 ]
 
 # Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
+def restore_conf() -> dict:
+    """A dry-run blobgc_restore of the demo's real sweep: what undoing it would bring back."""
+    with pg_connect_from_env() as conn:
+        row = conn.execute("SELECT run_id FROM blobgc.run WHERE dag_id = 'blobgc_sweep' AND NOT dry_run "
+                           "ORDER BY started_at DESC LIMIT 1").fetchone()
+    return {"run_id": row[0] if row else "none", "source_dag_id": "blobgc_sweep", "dry_run": True}
+
+
 DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_mark", {}),
     ("blobgc_sweep", {"dry_run": True}),
     ("blobgc_sweep", {}),
+    ("blobgc_restore", restore_conf),
     ("blobgc_paste_expiry", {"dry_run": True}),
     ("blobgc_paste_expiry", {}),
     ("blobgc_crawler", crawler_conf),

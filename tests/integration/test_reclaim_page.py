@@ -23,9 +23,11 @@ import pytest
 from blobgc import reclaim_report
 from blobgc.sizes import human_bytes
 
+from .conftest import AIRFLOW_API, airflow_token
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("BLOBGC_TEST_ARTIFACTS", ROOT / "test-artifacts"))
-BASE = f"http://127.0.0.1:{os.environ.get('BLOBGC_AIRFLOW_PORT', '8080')}"
+BASE = AIRFLOW_API
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -43,14 +45,6 @@ def get(path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
-
-
-def airflow_token(username: str = "admin", password: str = "admin") -> str:
-    request = urllib.request.Request(BASE + "/auth/token", method="POST",
-                                     data=json.dumps({"username": username, "password": password}).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as r:
-        return json.load(r)["access_token"]
 
 
 def view_rows(conn, since: date) -> list[dict]:

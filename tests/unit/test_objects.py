@@ -125,3 +125,23 @@ def test_duplicate_keys_are_sent_once(s3):
     client = CountingClient(s3)
     outcome = delete_objects_in_batches(client, "unit-bucket", ["k/00000", "k/00000"])
     assert client.calls == [1] and outcome.deleted == ["k/00000"]
+
+
+def test_versioned_bucket_deletes_report_each_delete_marker_version_id(s3):
+    from blobgc.objects import bucket_is_versioned
+
+    assert not bucket_is_versioned(s3, "unit-bucket")
+    s3.put_bucket_versioning(Bucket="unit-bucket", VersioningConfiguration={"Status": "Enabled"})
+    assert bucket_is_versioned(s3, "unit-bucket")
+    keys = put(s3, 1001)
+    outcome = delete_objects_in_batches(s3, "unit-bucket", keys, versioned=True)
+    markers = {m["Key"]: m["VersionId"] for page in s3.get_paginator("list_object_versions").paginate(
+        Bucket="unit-bucket") for m in page.get("DeleteMarkers", [])}
+    assert sorted(outcome.deleted) == sorted(keys) and outcome.markers == markers and len(markers) == 1001
+
+
+def test_unversioned_deletes_stay_quiet_and_report_no_markers(s3):
+    keys = put(s3, 3)
+    client = CountingClient(s3)
+    outcome = delete_objects_in_batches(client, "unit-bucket", keys)
+    assert outcome.markers == {} and sorted(outcome.deleted) == keys
