@@ -172,8 +172,8 @@ def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan
             record_items(conn, run, plan, "object", bucket, outcomes)
             for _, _, outcome, detail in outcomes:
                 result.note(outcome, detail if outcome == "not_restored" else None)
-        log.info("restored %d objects in %s (%d without a recorded delete marker)",
-                 result.restored, bucket, len(no_marker))
+        log.info("%s %d objects in %s (%d without a recorded delete marker)",
+                 "would restore" if run.dry_run else "restored", result.restored, bucket, len(no_marker))
     return result
 
 
@@ -196,7 +196,8 @@ def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> Re
         result.note("not_restored", f"{reason} ({objects} objects in {log_rows} log rows)")
         if not run.dry_run:
             record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
-    log.info("restored %d rows; not restorable: %s", result.restored, result.reasons or "none")
+    log.info("%s %d rows; not restorable: %s", "would restore" if run.dry_run else "restored", result.restored,
+             result.reasons or "none")
     return result
 
 
