@@ -260,7 +260,9 @@ def run_dag(dag_id: str, conf: dict) -> bool:
     logfile = ROOT / ".blobgc" / "logs" / f"demo-{dag_id}.log"
     started = time.monotonic()
     with open(logfile, "ab") as out:
-        proc = subprocess.run(["airflow", "dags", "test", dag_id, "-c", json.dumps(conf)],
+        # -f: parse only this DAG's file (about 6 s to start instead of 20 s for the whole folder)
+        proc = subprocess.run(["airflow", "dags", "test", dag_id, "-c", json.dumps(conf),
+                               "-f", str(ROOT / "dags" / f"{dag_id}.py")],
                               stdout=out, stderr=subprocess.STDOUT)
     ok = proc.returncode == 0
     shown = json.dumps(conf) if len(json.dumps(conf)) <= 20 else json.dumps(conf)[:16] + "...}"

@@ -162,10 +162,16 @@ def cached_keys(redis, prefix: str) -> set[str]:
     return {k.decode() for k in redis.scan_iter(match=f"{prefix}*", count=1000)}
 
 
-def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 300,
+            whole_dags_folder: bool = False) -> subprocess.CompletedProcess:
+    """The `airflow` CLI against the stack. `dags test <dag_id>` parses only dags/<dag_id>.py (`-f`), which
+    starts in about 6 s instead of 20 to 27 s for the whole folder, unless `whole_dags_folder`."""
     env = dict(os.environ)
     env.update(env_extra or {})
-    return subprocess.run(["airflow", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    argv = list(args)
+    if argv[:2] == ["dags", "test"] and not whole_dags_folder and "-f" not in argv:
+        argv += ["-f", str(ROOT / "dags" / f"{argv[2]}.py")]
+    return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def backend_waiting_on_lock(conn, query_fragment: str) -> bool:

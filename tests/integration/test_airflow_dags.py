@@ -19,7 +19,8 @@ def test_airflow_dags_test_mark_then_sweep_reclaims_garbage(conn, s3, bucket):
         conn.execute("INSERT INTO app.blob_attachment (post_id, blob_id) VALUES ('p1', %s)", (kept,))
     env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
 
-    mark = airflow("dags", "test", "blobgc_mark", env_extra=env)
+    # exactly the CONTRACT's command (the whole dags folder parsed); other tests pass -f to start faster
+    mark = airflow("dags", "test", "blobgc_mark", env_extra=env, whole_dags_folder=True)
     assert mark.returncode == 0, mark.stdout[-3000:] + mark.stderr[-3000:]
     assert conn.execute("SELECT unused FROM app.blob WHERE id = %s", (garbage,)).fetchone()[0] is True
 
