@@ -14,7 +14,6 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from blobgc import queries
 from blobgc.objects import MAX_KEYS_PER_CALL, bucket_is_versioned, delete_objects_in_batches
@@ -51,12 +50,13 @@ def record_deletions(
     bucket: str,
     keys: Sequence[str],
     sizes: Sequence[int | None],
-    rows: Sequence[dict] | None = None,
+    rows: Sequence[str] | None = None,
 ) -> None:
     """Log `keys` and owe their deletion; call inside the transaction that deletes their rows.
 
     On a dry run the keys are logged (the run's report of what would go) and nothing is owed.
-    `rows` are the deleted rows' images, for a source whose rows blobgc_restore can put back.
+    `rows` are the deleted rows' images as JSON text (`to_jsonb(row)::text`, never parsed here), for a
+    source whose rows blobgc_restore can put back.
     """
     if not keys:
         return
@@ -64,7 +64,7 @@ def record_deletions(
         queries.load("outbox/insert_deletions"),
         {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
          "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
-         "rows": Jsonb(list(rows)) if rows else None},
+         "rows": f"[{','.join(rows)}]" if rows else None},
     )
 
 
