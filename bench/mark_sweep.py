@@ -105,7 +105,9 @@ def bench_sweep_db(dsn: str, workers: int) -> dict:
     run = RunRef("blobgc_sweep", f"bench-{uuid.uuid4().hex[:8]}")
     ensure_run(conn, run)
     refs = discover_references(conn)
-    cutoff = datetime.now(timezone.utc) + timedelta(seconds=1)
+    # unused for two days (backdated, as the demo does), swept with a 24-hour grace: cut-offs never pass now
+    conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days' WHERE unused")
+    cutoff = datetime.now(timezone.utc) - timedelta(hours=24)
     shards = split_key_space(conn, workers)
     results: list = [None] * len(shards)
 

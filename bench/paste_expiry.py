@@ -86,10 +86,11 @@ FROM paste JOIN decremented USING (content_hash)
 """
 
 
-def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
-    """Store objects through the local S3 server's fixture loader (see scripts/s3_server.py)."""
+def bulk_put(bucket: str, rows: list[tuple[str, int]], age_seconds: int = 0) -> None:
+    """Store objects through the local S3 server's fixture loader (see scripts/s3_server.py), written
+    `age_seconds` ago (a run's cut-offs never pass the present, so benchmarks age their objects)."""
     body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
-    url = f"{require_env('BLOBGC_S3_ENDPOINT')}/_blobgc/bulk-put?bucket={bucket}"
+    url = f"{require_env('BLOBGC_S3_ENDPOINT')}/_blobgc/bulk-put?bucket={bucket}&age={age_seconds}"
     with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=600) as response:
         stored = int(response.read())
     assert stored == len(rows), f"stored {stored} of {len(rows)}"

@@ -60,7 +60,7 @@ def make_data(dsn: str, bucket: str, n: int) -> dict:
     keys = [f"pastes/{h}" for h in hashes] + [f"images/{i[:2]}/{i}/{s}.jpg" for i in image_ids for s in SIZES]
     chunks = [keys[start:start + 20_000] for start in range(0, len(keys), 20_000)]
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda chunk: bulk_put(bucket, [(k, 100) for k in chunk]), chunks))
+        list(pool.map(lambda chunk: bulk_put(bucket, [(k, 100) for k in chunk], age_seconds=2 * 86400), chunks))
     orphans = len(hashes[9::10]) + len(image_ids[9::10]) * len(SIZES)
     return {"objects": len(keys), "orphans": orphans}
 
@@ -85,7 +85,7 @@ def reconcile_everything(dsn: str, bucket: str, run_id: str) -> dict:
     run = RunRef("blobgc_reconcile", run_id)
     ensure_run(conn, run)
     shards = discover_shards(s3, bucket, conn=conn)
-    cutoff = datetime.now(timezone.utc) + timedelta(hours=1)
+    cutoff = datetime.now(timezone.utc) - timedelta(hours=24)  # min_age_hours 24; the objects are 2 days old
     started = time.perf_counter()
     results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff) for shard in shards]
     seconds = time.perf_counter() - started

@@ -5,8 +5,10 @@ Triggered with conf `{"requests": [{"offer_id": 1, "urls": ["https://…/a.jpg",
 minutes, and whenever it runs without conf, it takes the application's pending
 `app.crawl_request` rows instead.
 
-1. **stage_requests** validates the requests and stages one row per (offer, URL) in
-   `blobgc.crawl_item`, cut into batches of about `urls_per_batch` (every URL hash in one batch).
+1. **stage_requests** checks the Variables (`blobgc_image_sizes`, `blobgc_crawler_allowed_networks`),
+   validates the requests and stages one row per (offer, URL) in `blobgc.crawl_item`, cut into
+   batches of about `urls_per_batch` (every URL hash in one batch). A bad Variable fails the run
+   here, before anything is staged or fetched.
 2. **crawl_batch** (mapped, one task per batch, in pool `blobgc_http`) follows the seed's three
    branches for every URL, by `url_hash` (the md5 of the URL):
    - not seen within `cache_days`: download (streamed, timeouts, a size cap, retries on 5xx and
@@ -18,17 +20,33 @@ minutes, and whenever it runs without conf, it takes the application's pending
    decompression bomb, oversize) is recorded as failed and does not fail the batch; nothing
    half-written is left (files are owed before they are uploaded, and their row is inserted
    with the removal of that debt).
-3. **report** marks the claimed requests done and records the outcomes per URL.
+
+   Only http and https are fetched, and only from public addresses: loopback, link-local,
+   private, multicast and reserved addresses are refused (checked after DNS resolution, on every
+   redirect hop and on the connected socket) unless Variable `blobgc_crawler_allowed_networks`
+   (a JSON list of CIDRs) lists them. A refused URL is recorded as failed with its reason
+   (`refused_address: ...`, `refused_scheme: ...`). A transaction that PostgreSQL fails as a
+   deadlock victim is retried (at most 5 times, with jitter) and counted in `retries`.
+3. **report** marks the claimed requests done and records the outcomes per URL, and the retries.
 
 Re-running the same requests creates no duplicate rows.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
 
-from blobgc.airflow_adapters import DEFAULT_ARGS, HTTP_POOL, gc_task, image_settings, reference_time, s3_client
+from blobgc.airflow_adapters import (
+    DEFAULT_ARGS,
+    HTTP_POOL,
+    crawler_allowed_networks,
+    cutoff,
+    failing_fast,
+    gc_task,
+    image_settings,
+    s3_client,
+)
 
 
 @dag(
@@ -56,6 +74,10 @@ def blobgc_crawler():
     def stage_requests() -> list[int]:
         from blobgc.crawler import claim_pending_requests, parse_requests, stage_items
 
+        # bad Variables fail the run here, before anything is claimed, staged or fetched
+        with failing_fast():
+            image_settings()
+            crawler_allowed_networks()
         context = get_current_context()
         params = context["params"]
         with gc_task(context) as (conn, run):
@@ -69,7 +91,7 @@ def blobgc_crawler():
     def crawl_batch(batch_no: int) -> dict:
         import requests as http
 
-        from blobgc.crawler import batch_items, record_outcomes
+        from blobgc.crawler import batch_items, outcome_counts, record_outcomes
         from blobgc.downloads import DownloadPolicy
         from blobgc.images import crawl
 
@@ -78,24 +100,23 @@ def blobgc_crawler():
         with gc_task(context) as (conn, run), http.Session() as session:
             session.headers["User-Agent"] = "blobgc-crawler/1.0"
             items = batch_items(conn, run.run_id, batch_no)
+            policy = DownloadPolicy(max_bytes=params["max_download_mb"] * 1024 * 1024,
+                                    allowed_networks=crawler_allowed_networks())
             outcomes = crawl(conn, s3_client(), session, image_settings(), items,
-                             seen_since=reference_time(context) - timedelta(days=params["cache_days"]),
-                             policy=DownloadPolicy(max_bytes=params["max_download_mb"] * 1024 * 1024),
-                             run_id=run.run_id)
+                             seen_since=cutoff(run, days=params["cache_days"]), policy=policy, run_id=run.run_id)
             record_outcomes(conn, run.run_id, outcomes)
-        counts: dict[str, int] = {}
-        for outcome in outcomes.values():
-            counts[outcome.outcome] = counts.get(outcome.outcome, 0) + 1
-        return counts
+        return outcome_counts(outcomes)
 
     @task
-    def report(_: list[dict]) -> dict:
+    def report(batches: list[dict]) -> dict:
         from blobgc.crawler import finish_crawl
         from blobgc.airflow_adapters import finish_dag_run
 
+        retries = sum(counts.get("retries", 0) for counts in batches)
         with gc_task(get_current_context()) as (conn, run):
             summary = finish_crawl(conn, run.run_id)
-            return {**finish_dag_run(conn, run, {"urls": summary}), "urls": summary}
+            details = {"urls": summary, "retries": retries}
+            return {**finish_dag_run(conn, run, details), **details}
 
     report(crawl_batch.expand(batch_no=stage_requests()))
 

@@ -4,11 +4,15 @@
 Photos not bound to any offer (`offer_id IS NULL`: never attached, or their offer was deleted
 and `ON DELETE SET NULL` unbound them) and untouched for `grace_days` are removed.
 
-1. **delete_unbound_images** works in batches of `batch_size`, one transaction each: claim the
-   stale unbound rows with `FOR UPDATE SKIP LOCKED` and delete them (rows first: a row without
-   its file is worse than a file without a row), re-check which of their `image_id`s still have
-   a row (bound elsewhere, or fresh), and owe the files of the others in the deletion log and
-   the outbox.
+Their grace counts from the moment they became unbound, whoever unbound them: a trigger on
+`app.image` stamps `last_update` when `offer_id` becomes NULL, `ON DELETE SET NULL` included.
+
+1. **delete_unbound_images** first checks Variable `blobgc_image_sizes` (size names must match
+   `[a-z0-9_]+`: they are file names); a bad one fails the run before anything is deleted. It
+   then works in batches of `batch_size`, one transaction each: claim the stale unbound rows
+   with `FOR UPDATE SKIP LOCKED` and delete them (rows first: a row without its file is worse
+   than a file without a row), re-check which of their `image_id`s still have a row (bound
+   elsewhere, or fresh), and owe the files of the others in the deletion log and the outbox.
 2. **delete_owed_objects** deletes the owed files with DeleteObjects. Under the image ids' locks
    it checks once more that no row uses them: an image id that got a row again keeps its files.
    It also deletes the files of uploads that died before their row was written.
@@ -28,6 +32,7 @@ from blobgc.airflow_adapters import (
     cutoff,
     destructive_params,
     drain_owed_objects,
+    failing_fast,
     gc_task,
     image_settings,
 )
@@ -49,10 +54,12 @@ def blobgc_image_cleanup():
     def delete_unbound_images() -> dict:
         from blobgc.images import delete_unbound_images as delete
 
+        with failing_fast():  # a bad blobgc_image_sizes fails the run here, before anything changes
+            settings = image_settings()
         context = get_current_context()
         params = context["params"]
         with gc_task(context) as (conn, run):
-            result = delete(conn, run, cutoff=cutoff(context, days=params["grace_days"]), settings=image_settings(),
+            result = delete(conn, run, cutoff=cutoff(run, days=params["grace_days"]), settings=settings,
                             batch_size=params["batch_size"])
         return result.counts()
 

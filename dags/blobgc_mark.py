@@ -4,15 +4,18 @@
 Seed 000 tries to `DELETE` each blob inside a PL/pgSQL loop and relies on `ON DELETE RESTRICT`
 to tell it which blobs are referenced. This DAG does the same job set-based:
 
-1. **remove_stale_page_usages** deletes `app.page_using_blob` rows not confirmed (polled) within
+1. **check_references** discovers every foreign key to `app.blob` and checks the declared extra
+   reference queries (each must run, read-only, and return one column of blob ids). A reference
+   blobgc cannot follow fails the run here, before anything is written.
+2. **remove_stale_page_usages** deletes `app.page_using_blob` rows not confirmed (polled) within
    `page_grace_days`, in batches of `batch_size`.
-2. **mark_blobs** discovers every foreign key to `app.blob` in the catalog (a table added later
+3. **mark_blobs** discovers every foreign key to `app.blob` in the catalog (a table added later
    counts with no configuration; non-FK references can be declared as SQL in Variable
    `blobgc_extra_blob_references`), then walks the blob table in key ranges of 100,000 ids, one
    short transaction each on two connections, flipping `unused` only where it changes and
    stamping `updated_at` at the flip. In the same pass it sets `visibility` to `PUBLIC` exactly
    when an in-use page usage remains.
-3. **publish_marks** records the run's report and emits the `blobgc_marked_blobs` Asset that
+4. **publish_marks** records the run's report and emits the `blobgc_marked_blobs` Asset that
    schedules `blobgc_sweep`. A dry run changes nothing and does not trigger the sweep.
 
 Every task is idempotent: clear and re-run any of them.
@@ -49,12 +52,19 @@ MARKED_BLOBS = Asset("blobgc_marked_blobs")
 )
 def blobgc_mark():
     @task
+    def check_references() -> list[str]:
+        from blobgc.references import discover_references
+
+        with gc_task(get_current_context()) as (conn, _run):
+            return discover_references(conn, extra_sql=extra_blob_references()).describe()
+
+    @task
     def remove_stale_page_usages() -> int:
         from blobgc.pages import remove_stale_page_usages as remove
 
         context = get_current_context()
         with gc_task(context) as (conn, run):
-            return remove(conn, run, cutoff=cutoff(context, days=context["params"]["page_grace_days"]),
+            return remove(conn, run, cutoff=cutoff(run, days=context["params"]["page_grace_days"]),
                           batch_size=context["params"]["batch_size"])
 
     @task
@@ -81,7 +91,7 @@ def blobgc_mark():
 
     removed = remove_stale_page_usages()
     marks = mark_blobs()
-    removed >> marks
+    check_references() >> removed >> marks
     publish_marks(removed, marks)
 
 

@@ -9,8 +9,11 @@ never finalized: a client that gave up, or a finalize that died between its copy
 1. **plan_shards** finds the shards: one per leading character of the user ids under each
    staging prefix (one listing call per shard found).
 2. **delete_stale_staging** (mapped: one task per shard) lists the shard and owes the deletion of
-   every object last modified before the run's data-interval end minus `max_age_minutes` (which
-   must exceed the presign lifetime: at least 7). A retry lists again and replaces what it owed.
+   every upload last modified before the run's data-interval end (never past the present) minus
+   `max_age_minutes` (which must exceed the presign lifetime: at least 7). Only keys of the staging
+   layouts (`staging/{userId}/{uuid}.{ext}`, `profiles-staging/{userId}/{slot}/{uuid}.{ext}`) go;
+   any other key under a staging prefix is reported as `unexpected` and kept. A retry lists again
+   and replaces what it owed.
 3. **delete_owed_objects** deletes them with DeleteObjects, 1000 keys a call.
 4. **report** records the totals.
 
@@ -69,7 +72,7 @@ def blobgc_media_staging():
         check_max_age(timedelta(minutes=params["max_age_minutes"]))
         with gc_task(context) as (conn, run):
             return delete(conn, s3_client(), run, MediaShard(**shard),
-                          cutoff=cutoff(context, minutes=params["max_age_minutes"]), batch_size=params["batch_size"])
+                          cutoff=cutoff(run, minutes=params["max_age_minutes"]), batch_size=params["batch_size"])
 
     # runs when no shard had anything (no mapped task) too: earlier runs' debts are still owed
     @task(pool=S3_POOL, trigger_rule=TriggerRule.NONE_FAILED)

@@ -41,7 +41,6 @@ from blobgc.airflow_adapters import (
     gc_task,
     paste_redis_prefix,
     redis_client,
-    reference_time,
 )
 
 
@@ -75,7 +74,7 @@ def blobgc_paste_expiry():
         context = get_current_context()
         with gc_task(context) as (conn, run):
             parts = 1 if run.dry_run else context["params"]["expiry_workers"]
-            ranges = split_expiry_window(conn, reference_time(context), parts)
+            ranges = split_expiry_window(conn, run.reference_time, parts)
         return [[edge.isoformat() if edge else None for edge in r] for r in ranges]
 
     @task(map_index_template="expires_at {{ task.op_kwargs['window'][0] or 'start' }} .. "
@@ -86,7 +85,7 @@ def blobgc_paste_expiry():
         context = get_current_context()
         start, end = (datetime.fromisoformat(edge) if edge else None for edge in window)
         with gc_task(context) as (conn, run):
-            result = expire(conn, run, expired_before=reference_time(context), bucket=blob_bucket(),
+            result = expire(conn, run, expired_before=run.reference_time, bucket=blob_bucket(),
                             batch_size=context["params"]["batch_size"], redis_prefix=paste_redis_prefix(),
                             expires_range=(start, end))
         return result.counts()

@@ -28,6 +28,7 @@ from datetime import datetime
 
 from airflow.sdk import CronTriggerTimetable, Param, dag, get_current_context, task
 
+from blobgc.reconcile import MIN_AGE_FLOOR_HOURS
 from blobgc.airflow_adapters import (
     DEFAULT_ARGS,
     S3_POOL,
@@ -48,7 +49,8 @@ from blobgc.airflow_adapters import (
     max_active_runs=1,
     default_args=DEFAULT_ARGS,
     params=destructive_params(
-        "min_age_hours", 24, "Objects younger than this are never judged orphans.",
+        "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
+        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS,
         prefixes=Param(None, type=["null", "array"], items={"type": "string"},
                        description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"]; '
                                    "empty: every shard."),
@@ -73,7 +75,7 @@ def blobgc_reconcile():
         context = get_current_context()
         with gc_task(context) as (conn, run):
             result = reconcile(conn, s3_client(), run, Shard(shard["prefix"], shard["source"]), bucket=blob_bucket(),
-                               cutoff=cutoff(context, hours=context["params"]["min_age_hours"]))
+                               cutoff=cutoff(run, hours=context["params"]["min_age_hours"]))
         return vars(result)
 
     @task(pool=S3_POOL)

@@ -6,7 +6,8 @@ any case (so it can be backfilled with `airflow backfill create`, and owed delet
 even on a day the mark did not run). It can also be triggered by hand.
 
 1. **retry_owed_objects** first deletes any objects earlier runs still owe (S3 was down, a
-   worker died after the database commit, or DeleteObjects reported per-key `Errors`).
+   worker died after the database commit, or DeleteObjects reported per-key `Errors`). Deletions
+   parked after failing again and again do not stop the sweep: the last drain reports them.
 2. **delete_unused_blobs** (mapped: one task per id range that **plan_shards** cuts, about
    `sweep_workers` of them in parallel) picks blobs with `unused` set since before the run's data-interval end minus `grace_hours`.
    Each batch is one transaction: claim with `FOR UPDATE SKIP LOCKED`,
@@ -60,14 +61,17 @@ MARKED_BLOBS = "blobgc_marked_blobs"
 def blobgc_sweep():
     @task(pool=S3_POOL)
     def retry_owed_objects() -> dict:
-        return drain_owed_objects(get_current_context())
+        # parked deletions fail the run's last drain, not this one: the sweep goes on past them
+        return drain_owed_objects(get_current_context(), fail_on_parked=False)
 
     @task
     def plan_shards() -> list[list[str | None]]:
         from blobgc.key_space import split_key_space
+        from blobgc.references import discover_references
 
         context = get_current_context()
         with gc_task(context) as (conn, _run):
+            discover_references(conn, extra_sql=extra_blob_references())  # a reference it cannot follow stops here
             return [list(r) for r in split_key_space(conn, context["params"]["sweep_workers"])]
 
     @task(map_index_template="ids {{ task.op_kwargs['shard'][0] or 'start' }} .. {{ task.op_kwargs['shard'][1] or 'end' }}")
@@ -79,7 +83,7 @@ def blobgc_sweep():
         params = context["params"]
         with gc_task(context) as (conn, run):
             refs = discover_references(conn, extra_sql=extra_blob_references())
-            result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(context, hours=params["grace_hours"]),
+            result = sweep_unused_blobs(conn, run, refs, cutoff=cutoff(run, hours=params["grace_hours"]),
                                         bucket=blob_bucket(), batch_size=params["batch_size"],
                                         key_range=(shard[0], shard[1]))
         return result.counts()

@@ -16,18 +16,24 @@ without a delimiter: a sorted list of the bucket's key names, rebuilt only after
 keys change, and each page found by bisection. Listings with a delimiter stay moto's own.
 
 Benchmark fixtures: moto stores about 150 PUTs/s here, so loading the half million objects a
-benchmark deletes would take most of an hour. `POST /_blobgc/bulk-put?bucket=NAME` with a body of
-`key<TAB>size` lines stores each object (`size` bytes) straight into moto's backend, as a PUT
-would, and answers with the count. It exists only in this local server (loopback, never in
+benchmark deletes would take most of an hour. `POST /_blobgc/bulk-put?bucket=NAME[&age=SECONDS]` with a
+body of `key<TAB>size` lines stores each object (`size` bytes) straight into moto's backend, as a PUT
+would (dated `age` seconds ago, as the backdate call would), and answers with the count. It exists only in this local server (loopback, never in
 production) and only loads data: every deletion a benchmark measures goes through the S3 API.
 
 Outage drill: `PUT /_blobgc/outage?bucket=NAME` makes every S3 request on that bucket answer 503
 ServiceUnavailable, as S3 does when it is down or shedding load, until `DELETE /_blobgc/outage?bucket=NAME`.
 Other buckets are untouched. The runbook's backfill test uses it to make real DAG runs fail on S3.
+
+Aging (CONTRACT §1): `POST /_blobgc/backdate?bucket=B&key=K&seconds=N` moves the current version of
+that object's `LastModified` N seconds into the past; listings and HEAD then report the new time.
+404 when there is no such object (or its current version is a delete marker). A run's cut-offs never
+pass the present, so tests and the demo make objects old this way, as they backdate rows in SQL.
 """
 from __future__ import annotations
 
 import bisect
+from datetime import timedelta
 import re
 import sys
 
@@ -41,6 +47,7 @@ from werkzeug.wrappers import Request, Response
 
 BULK_PUT_PATH = "/_blobgc/bulk-put"
 OUTAGE_PATH = "/_blobgc/outage"
+BACKDATE_PATH = "/_blobgc/backdate"
 OUTAGE_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable</Code>"
                b"<Message>blobgc outage drill: this bucket is down</Message></Error>")
 
@@ -127,23 +134,49 @@ class WithBulkPut(DomainDispatcherApplication):
         path = environ.get("PATH_INFO", "")
         if path == OUTAGE_PATH:
             return self.outage(Request(environ))(environ, start_response)
+        if path == BACKDATE_PATH:
+            return self.backdate(Request(environ))(environ, start_response)
         if self.buckets_down and path.split("/", 2)[1] in self.buckets_down:
             return Response(OUTAGE_BODY, 503, content_type="application/xml")(environ, start_response)
         if path != BULK_PUT_PATH:
             return super().__call__(environ, start_response)
         request = Request(environ)
         bucket = request.args.get("bucket", "")
+        age = timedelta(seconds=float(request.args.get("age", "0") or 0))  # as if written that long ago
         backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
         stored = 0
         try:
             for line in request.get_data().splitlines():
                 key, size = line.decode().rsplit("\t", 1)
-                backend.put_object(bucket, key, key.encode()[:1] * int(size))
+                obj = backend.put_object(bucket, key, key.encode()[:1] * int(size))
+                if age:
+                    obj.last_modified = obj.last_modified - age
                 stored += 1
         except Exception as error:  # noqa: BLE001 - report any fixture error to the caller
             return Response(f"bulk put failed after {stored} objects: {error!r}", 400)(environ, start_response)
         return Response(str(stored), 200)(environ, start_response)
 
+
+    def backdate(self, request: Request) -> Response:
+        """Move an object's LastModified into the past (local stack only: there is no such call in S3)."""
+        if request.method != "POST":
+            return Response("POST only", 405)
+        bucket, key = request.args.get("bucket", ""), request.args.get("key", "")
+        try:
+            seconds = float(request.args.get("seconds", ""))
+        except ValueError:
+            return Response("seconds must be a number", 400)
+        if not bucket or not key or seconds < 0:
+            return Response("bucket, key and seconds >= 0 are required", 400)
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        try:
+            obj = backend.get_object(bucket, key)
+        except Exception:  # noqa: BLE001 - moto raises for a missing bucket
+            obj = None
+        if obj is None:
+            return Response(f"no object {bucket}/{key}", 404)
+        obj.last_modified = obj.last_modified - timedelta(seconds=seconds)
+        return Response(obj.last_modified_ISO8601, 200)
 
     def outage(self, request: Request) -> Response:
         bucket = request.args.get("bucket", "")

@@ -9,6 +9,7 @@ left. Requests come from the run's conf or, without conf, from the application's
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from blobgc import queries
-from blobgc.images import CrawlItem, CrawlOutcome, md5_hex
+from blobgc.images import CrawlItem, CrawlOutcome, CrawlOutcomes, md5_hex
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +130,10 @@ def finish_crawl(conn: psycopg.Connection, run_id: str) -> dict[str, object]:
     if failures:
         summary["sample_failures"] = failures
     return summary
+
+
+def outcome_counts(outcomes: CrawlOutcomes) -> dict[str, int]:
+    """A batch's items per outcome, plus `retries` (transactions retried after a deadlock), for XCom."""
+    counts = dict(Counter(o.outcome for o in outcomes.values()))
+    counts["retries"] = outcomes.retries
+    return counts

@@ -28,6 +28,21 @@ BUCKET = os.environ.get("AIRFLOW_VAR_BLOBGC_BUCKET", "blobgc")
 ROOT = Path(os.environ.get("BLOBGC_ROOT", Path(__file__).resolve().parents[2]))
 
 
+def backdate_object(bucket: str, key: str, age: timedelta) -> None:
+    """Make an object old the honest way (CONTRACT §1): the local S3 server moves its LastModified into the past.
+
+    A run's cut-offs never pass the present, so the demo ages its objects as it ages its rows.
+    """
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode({"bucket": bucket, "key": key, "seconds": int(age.total_seconds())})
+    endpoint = os.environ["BLOBGC_S3_ENDPOINT"]
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/_blobgc/backdate?{query}", method="POST"),
+                                timeout=10) as response:
+        response.read()
+
+
 def load_seed_000(conn: psycopg.Connection, s3) -> str:
     """Posts with attached blobs, pages using blobs, and garbage of several ages."""
     tiny_png = bytes.fromhex("89504e470d0a1a0a") + os.urandom(2048)
@@ -158,11 +173,13 @@ def load_reconcile_cases(conn: psycopg.Connection, s3) -> str:
     orphan = hashlib.sha256(b"demo: an upload whose row was never written").hexdigest()
     s3.put_object(Bucket=BUCKET, Key=f"pastes/{orphan}", Body=b"orphaned paste body")
     s3.put_object(Bucket=BUCKET, Key="tmp/forgotten-export.csv", Body=b"id,name\n1,demo\n")
+    for key in (f"pastes/{orphan}", "tmp/forgotten-export.csv"):  # both left behind two days ago
+        backdate_object(BUCKET, key, timedelta(days=2))
     with conn.transaction():
         conn.execute(queries.load("demo/insert_blob_without_object"), {"id": "demomissing"})
     attach_blob(conn, "demo-post-1", "demomissing")
-    return ("seed 001 §5: an orphan object (pastes/), a key of unknown layout (tmp/), an attached blob whose object "
-            "is missing")
+    return ("seed 001 §5: an orphan object (pastes/) and a key of unknown layout (tmp/), both 2 days old, and an "
+            "attached blob whose object is missing")
 
 
 def load_seed_003(conn: psycopg.Connection, s3) -> str:
@@ -217,9 +234,10 @@ def load_seed_004(conn: psycopg.Connection, s3) -> str:
     post(presign_upload(s3, settings, user, "abandoned.jpg", len(avatar)), avatar)  # never finalized
     orphan_of = masters[0].replace(masters[0].rsplit("/", 1)[1][8:16], "deadbeef")  # a master that is gone
     s3.put_object(Bucket=settings.images_bucket, Key=thumb_key(orphan_of, 240, 240), Body=b"RIFF")
+    backdate_object(settings.images_bucket, thumb_key(orphan_of, 240, 240), timedelta(days=2))
     return (f"seed 004: user {user} uploaded 3 photos and an avatar through presigned POSTs (4 thumbnail jobs "
             "queued), abandoned 1 upload in staging (kept by the demo run: younger than max_age_minutes), and "
-            "has 1 thumbnail whose master is gone")
+            "has 1 thumbnail whose master is gone (written 2 days ago)")
 
 
 DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
@@ -247,12 +265,12 @@ DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_image_cleanup", {}),
     ("blobgc_generations", {"dry_run": True}),
     ("blobgc_generations", {}),
-    ("blobgc_media_thumbnails", {"dry_run": True, "min_age_hours": 0}),
-    ("blobgc_media_thumbnails", {"min_age_hours": 0}),
+    ("blobgc_media_thumbnails", {"dry_run": True}),
+    ("blobgc_media_thumbnails", {}),
     ("blobgc_media_staging", {"dry_run": True}),
     ("blobgc_media_staging", {}),
-    ("blobgc_reconcile", {"dry_run": True, "min_age_hours": 0}),
-    ("blobgc_reconcile", {"min_age_hours": 0}),
+    ("blobgc_reconcile", {"dry_run": True}),
+    ("blobgc_reconcile", {}),
 ]
 
 

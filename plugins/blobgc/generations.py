@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ GENERATION_LOCK_CLASS = 0x62676333  # "bgc3": advisory locks on reference genera
 OPENING_LOCK_CLASS = 0x62676334  # "bgc4": one open_generation at a time
 GENERATION_LAG = 2  # the ADR's rule: collect only generations at most current - 2
 SCAN_PAGE = 50_000  # references fetched per round trip of the reference scan
+MAIL_ID = re.compile(r"[0-9A-Za-z_.:-]{1,200}")
 
 
 class GenerationError(RuntimeError):
@@ -78,6 +80,33 @@ def generation_of(blob_id: str) -> int | None:
 
 def mail_key(blob_id: str) -> str:
     return f"{KEY_PREFIX}{blob_id}"
+
+
+def mail_id_of_key(key: str) -> str | None:
+    """The blob id of `mail/{blob_id}`, or None for a key of any other layout."""
+    blob_id = key[len(KEY_PREFIX):]
+    return blob_id if key.startswith(KEY_PREFIX) and MAIL_ID.fullmatch(blob_id) else None
+
+
+@contextmanager
+def hold_unreferenced_mail(conn: psycopg.Connection, keys: list[str]) -> Iterator[set[str]]:
+    """The outbox's guard for mail objects: keep every key whose blob has a row now, holding the others.
+
+    Takes the blobs' generations exclusively until the draining transaction ends, as the collector
+    does: a writer storing into one of them (which holds it shared until it commits) is waited for,
+    and its row is then seen; a later writer waits until the deletion is done.
+    """
+    ids = {key: mail_id_of_key(key) for key in keys}
+    for generation in sorted({g for i in ids.values() if i and (g := generation_of(i)) is not None}):
+        conn.execute(queries.load("generations/lock_generation_for_transaction"),
+                     {"lock_class": GENERATION_LOCK_CLASS, "generation": generation})
+    wanted = sorted({i for i in ids.values() if i})
+    existing = {r[0] for r in conn.execute(queries.load("generations/select_existing_blobs"), {"ids": wanted})} \
+        if wanted else set()
+    needed = {key for key, blob_id in ids.items() if blob_id is None or blob_id in existing}
+    if needed:
+        log.info("keeping %d owed mail objects: their blob has a row", len(needed))
+    yield needed
 
 
 # ------------------------------------------------------------------------------------------ writing

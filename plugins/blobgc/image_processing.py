@@ -59,14 +59,23 @@ def open_untrusted(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Imag
     fmt = sniff_format(data)
     if fmt is None:
         raise ImageRejected("not_an_image", "the bytes are not a JPEG, PNG, WEBP or GIF image")
+    return open_as(data, fmt, fmt, max_pixels=max_pixels)
+
+
+def open_as(data: bytes, pillow_format: str, label: str, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image.Image:
+    """Open untrusted bytes with the one Pillow decoder of their sniffed format, from the header only.
+
+    A decompression bomb (Pillow's check, then the pixel budget) and unreadable bytes are clean
+    rejections (ImageRejected), raised before any pixel is decoded.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=[fmt])
+            image = Image.open(io.BytesIO(data), formats=[pillow_format])
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise ImageRejected("bomb", f"decompression bomb refused: {error}") from error
-    except (OSError, SyntaxError, ValueError) as error:
-        raise ImageRejected("corrupt", f"unreadable {fmt} image: {error}") from error
+    except (OSError, SyntaxError, ValueError, RuntimeError) as error:
+        raise ImageRejected("corrupt", f"unreadable {label} image: {error}") from error
     width, height = image.size
     if width * height > max_pixels:
         raise ImageRejected("bomb", f"{width}x{height} is {width * height:,} pixels, over the limit of "

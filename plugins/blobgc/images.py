@@ -12,6 +12,12 @@ they check that a row with the id still exists and insert theirs. The outbox gua
 and deletes the files. Either the writer comes first (the guard sees its row and keeps the
 files), or the guard does (the writer finds no row, and processes the photo anew).
 
+**Why the crawler retries a transaction.** The drain guard holds image-id stripes alone while
+writers take URL-hash and image-id stripes shared; PostgreSQL may break the resulting lock cycle by
+failing one side with `DeadlockDetected` (or a `SerializationFailure`). The crawler retries its unit
+of work (the cached batch, or one URL group) a bounded number of times with jittered backoff, and
+counts the retries (`CrawlOutcomes.retries`), instead of losing the item.
+
 **Why an upload never leaves orphans.** A new image's keys are owed (an intent in the outbox)
 before its files are uploaded; the row insert and the removal of the intent are one
 transaction. A crash in between leaves the keys owed, and the cleaner's drain deletes them. The
@@ -21,7 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import re
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -30,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
+from typing import TypeVar
 
 import psycopg
 
@@ -51,6 +60,11 @@ STRIPES = 1024
 SAMPLE = 10
 IMAGE_ID = re.compile(r"[0-9a-f]{32}")
 IMAGE_FILE = re.compile(r"[A-Za-z0-9_]+\.[a-z0-9]+")
+CONFLICT_ATTEMPTS = 5  # tries of one crawler transaction that PostgreSQL failed as a deadlock victim
+CONFLICT_BACKOFF = 0.05  # seconds; before retry n, a random sleep of up to CONFLICT_BACKOFF * 2**n (full jitter)
+CONFLICTS = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+T = TypeVar("T")
 
 
 def new_image_id() -> str:
@@ -358,6 +372,45 @@ def drop_items_of_deleted_offers(
     return [i for i in items if i.offer_id in existing]
 
 
+def retry_on_conflict(
+    conn: psycopg.Connection,
+    work: Callable[[], T],
+    *,
+    what: str,
+    attempts: int = CONFLICT_ATTEMPTS,
+    backoff: float = CONFLICT_BACKOFF,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[T, int]:
+    """Run `work` (its own transactions), again when PostgreSQL fails it as a deadlock victim or a
+    serialization failure; return its result and how many retries it took.
+
+    At most `attempts` tries, with full-jitter backoff (a random sleep of up to `backoff * 2**n`)
+    so that the two sides of a deadlock do not meet again in step. The last failure is raised. A
+    connection already inside a transaction cannot retry (that transaction is lost): `work` runs once.
+    """
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return work(), 0
+    for attempt in range(attempts):
+        try:
+            return work(), attempt
+        except CONFLICTS as error:
+            if attempt == attempts - 1:
+                log.error("%s: %s, %d times; giving up", what, type(error).__name__, attempts)
+                raise
+            delay = random.uniform(0, backoff * 2 ** attempt)
+            log.warning("%s: %s (%s); retry %d of %d in %.3fs", what, type(error).__name__,
+                        str(error).splitlines()[0], attempt + 1, attempts - 1, delay)
+            sleep(delay)
+    raise AssertionError("unreachable")
+
+
+class CrawlOutcomes(dict[int, CrawlOutcome]):
+    """The outcome of each crawled item by item number, and how many database transactions were retried
+    after a deadlock or serialization failure (`retries`)."""
+
+    retries: int = 0
+
+
 def crawl(
     conn: psycopg.Connection,
     s3,
@@ -368,56 +421,94 @@ def crawl(
     seen_since: datetime,
     policy: DownloadPolicy = DEFAULT_POLICY,
     run_id: str = "crawl",
-) -> dict[int, CrawlOutcome]:
+) -> CrawlOutcomes:
     """Crawl `items` following the seed's three branches; bad URLs are recorded as failed, never raised.
 
     Cached URLs are handled in one batch (`apply_cached`). Each remaining URL is downloaded once,
     under its URL-hash stripe (so a concurrent run waits rather than downloading it too), and its
     first row is inserted with the new files; further offers in the batch get rows with the same
-    image id.
+    image id. The cached batch and each URL group are units of work that are retried whole when
+    PostgreSQL picks them as a deadlock victim (`retry_on_conflict`); a URL's body is downloaded
+    once however often its group is retried. Downloads follow `policy`, which refuses private
+    addresses (`blobgc.downloads`); a refused URL is recorded as failed with its reason.
     """
-    outcomes: dict[int, CrawlOutcome] = {}
+    outcomes = CrawlOutcomes()
     items = drop_items_of_deleted_offers(conn, items, outcomes)
-    try:
-        cached, misses = apply_cached(conn, items, seen_since)
-    except psycopg.errors.ForeignKeyViolation:  # an offer was deleted since: once more without it
-        items = drop_items_of_deleted_offers(conn, items, outcomes)
-        cached, misses = apply_cached(conn, items, seen_since)
+
+    def cached_batch() -> tuple[dict[int, CrawlOutcome], list[CrawlItem]]:
+        nonlocal items
+        try:
+            return apply_cached(conn, items, seen_since)
+        except psycopg.errors.ForeignKeyViolation:  # an offer was deleted since: once more without it
+            items = drop_items_of_deleted_offers(conn, items, outcomes)
+            return apply_cached(conn, items, seen_since)
+
+    (cached, misses), retries = retry_on_conflict(conn, cached_batch, what=f"crawl of {len(items)} URLs (cached)")
+    outcomes.retries += retries
     outcomes.update(cached)
     misses.sort(key=lambda i: (i.url_hash, i.item_no))
-    for url_hash, group_iter in groupby(misses, key=lambda i: i.url_hash):
+    for _, group_iter in groupby(misses, key=lambda i: i.url_hash):
         group = list(group_iter)
-        with session_stripe(conn, URL_LOCK_CLASS, url_hash, exclusive=True):
-            cached, remaining = apply_cached(conn, group, seen_since)  # another run may have just fetched it
-            outcomes.update(cached)
-            if not remaining:
-                continue
-            try:
-                body = download(session, remaining[0].url, policy)
-                body_hash = md5_hex(body)
-                image_id = store_new_image(
-                    conn, s3, settings, body,
-                    lambda c, new_id, rs=remaining, bh=body_hash: insert_image_rows(
-                        c, [(new_id, i.offer_id, i.url_hash, bh, i.num) for i in rs], require_existing=False),
-                    run_id=run_id,
-                )
-            except (DownloadFailed, ImageRejected) as error:
-                log.warning("%s: %s (%s)", remaining[0].url, error.kind, error)
-                for item in remaining:
-                    outcomes[item.item_no] = CrawlOutcome("failed", error=f"{error.kind}: {error}")
-                continue
-            except psycopg.errors.ForeignKeyViolation:
-                # an offer was deleted while its photo was fetched: the files stay owed (the upload
-                # intent) and the cleaner deletes them; the URL is recorded as failed for every offer
-                for item in remaining:
-                    outcomes[item.item_no] = CrawlOutcome("failed", error="offer_gone: an offer was deleted "
-                                                                          "while its photo was fetched")
-                continue
-            outcomes[remaining[0].item_no] = CrawlOutcome("new", image_id)
-            for item in remaining[1:]:
-                outcomes[item.item_no] = CrawlOutcome("linked", image_id)
+        bodies: dict[str, bytes] = {}  # the URL's body, downloaded once however often its group is retried
+        done, retries = retry_on_conflict(
+            conn, lambda g=group, b=bodies: crawl_url_group(conn, s3, session, settings, g, seen_since=seen_since,
+                                                            policy=policy, run_id=run_id, bodies=b),
+            what=f"crawl of {group[0].url}")
+        outcomes.retries += retries
+        outcomes.update(done)
     counts = Counter(o.outcome for o in outcomes.values())
-    log.info("crawled %d URLs: %s", len(items), dict(counts))
+    log.info("crawled %d URLs: %s; %d transactions retried after a deadlock", len(items), dict(counts),
+             outcomes.retries)
+    return outcomes
+
+
+def crawl_url_group(
+    conn: psycopg.Connection,
+    s3,
+    session,
+    settings: ImageSettings,
+    group: list[CrawlItem],
+    *,
+    seen_since: datetime,
+    policy: DownloadPolicy,
+    run_id: str,
+    bodies: dict[str, bytes],
+) -> dict[int, CrawlOutcome]:
+    """The items of one URL not found in the cache: download it once (kept in `bodies`), crop-resize-split-upload,
+    and insert a row per item, all under the URL-hash stripe held alone; return the items' outcomes."""
+    outcomes: dict[int, CrawlOutcome] = {}
+    url_hash = group[0].url_hash
+    with session_stripe(conn, URL_LOCK_CLASS, url_hash, exclusive=True):
+        cached, remaining = apply_cached(conn, group, seen_since)  # another run may have just fetched it
+        outcomes.update(cached)
+        if not remaining:
+            return outcomes
+        try:
+            if url_hash not in bodies:
+                bodies[url_hash] = download(session, remaining[0].url, policy)
+            body = bodies[url_hash]
+            body_hash = md5_hex(body)
+            image_id = store_new_image(
+                conn, s3, settings, body,
+                lambda c, new_id: insert_image_rows(
+                    c, [(new_id, i.offer_id, i.url_hash, body_hash, i.num) for i in remaining], require_existing=False),
+                run_id=run_id,
+            )
+        except (DownloadFailed, ImageRejected) as error:
+            log.warning("%s: %s (%s)", remaining[0].url, error.kind, error)
+            for item in remaining:
+                outcomes[item.item_no] = CrawlOutcome("failed", error=f"{error.kind}: {error}")
+            return outcomes
+        except psycopg.errors.ForeignKeyViolation:
+            # an offer was deleted while its photo was fetched: the files stay owed (the upload
+            # intent) and the cleaner deletes them; the URL is recorded as failed for every offer
+            for item in remaining:
+                outcomes[item.item_no] = CrawlOutcome("failed", error="offer_gone: an offer was deleted "
+                                                                      "while its photo was fetched")
+            return outcomes
+    outcomes[remaining[0].item_no] = CrawlOutcome("new", image_id)
+    for item in remaining[1:]:
+        outcomes[item.item_no] = CrawlOutcome("linked", image_id)
     return outcomes
 
 

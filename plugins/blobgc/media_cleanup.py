@@ -5,10 +5,14 @@ the deletion log, the outbox) still lives in PostgreSQL, so every deletion is lo
 retried and counted like the other DAGs'. Work is split in shards: one per leading character of
 the user ids found in a bucket (under `staging/` and `profiles-staging/` for staging), each a
 mapped task listing its keys in order.
+
+Deletion follows the layouts, never a prefix alone: the staging cleaner deletes only keys of the
+staging layouts (`staging/{userId}/{uuid}.{ext}`, `profiles-staging/{userId}/{slot}/{uuid}.{ext}`)
+and reports anything else under a staging prefix; orphan thumbnails are at least an hour old
+(`MIN_ORPHAN_AGE`), whatever the Param says, since a master's upload and its thumbnails are not atomic.
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
@@ -23,21 +27,26 @@ from blobgc.media import (
     PRESIGN_SECONDS,
     PROFILE_MASTER,
     PROFILE_THUMB,
-    QUEUE,
     THUMB,
     MediaSettings,
     listing,
     master_prefix_of_thumb,
+    queue_thumbnail_jobs,
+    recently_queued,
+    staging_layout,
     thumb_key,
 )
 from blobgc.outbox import MEDIA_THUMBNAIL_SOURCE, replace_run_log
 from blobgc.reconcile import first_key, leading_shards
-from blobgc.runs import RunRef, add_counts
+from blobgc.runs import RunRef, set_counts
+from blobgc.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
 STAGING_SOURCE = "media.staging"
 MIN_STAGING_AGE = timedelta(seconds=PRESIGN_SECONDS) + timedelta(minutes=1)  # a live upload's longest wait
+MIN_ORPHAN_AGE = timedelta(hours=1)  # the floor of blobgc_media_thumbnails' min_age_hours
+UNEXPECTED_KEYS_LOGGED = 20  # keys under a staging prefix that match no staging layout: this many are named
 
 
 @dataclass(frozen=True)
@@ -64,23 +73,30 @@ def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
 
 # ----------------------------------------------------------------------------------------------- staging
 def check_max_age(max_age: timedelta) -> None:
+    """blobgc_media_staging's max_age_minutes: a live upload must never look abandoned."""
     if max_age < MIN_STAGING_AGE:
-        raise ValueError(f"max_age_minutes must exceed the presigned upload's lifetime ({PRESIGN_SECONDS // 60} "
+        raise ConfigurationError(f"max_age_minutes must exceed the presigned upload's lifetime ({PRESIGN_SECONDS // 60} "
                          f"minutes) with a margin: at least {MIN_STAGING_AGE.total_seconds() / 60:.0f} minutes")
 
 
 def delete_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaShard, *, cutoff: datetime,
                          batch_size: int = 1000, floor: timedelta = MIN_STAGING_AGE) -> dict:
-    """Owe the deletion of every staging object of the shard last modified before `cutoff`.
+    """Owe the deletion of every staging upload of the shard last modified before `cutoff`.
 
-    Anything under a staging prefix is temporary, whatever its name; but nothing younger than
+    Only keys of the staging layout go (`staging/{userId}/{uuid}.{ext}` in the images bucket,
+    `profiles-staging/{userId}/{slot}/{uuid}.{ext}` in the profiles bucket): anything else under a
+    staging prefix is no upload of ours (the masters of a user created before `staging` became a
+    reserved id, say) and is counted as `unexpected` and logged, never deleted. Nothing younger than
     `floor` (a presigned upload's lifetime plus a minute) goes, whatever the cutoff. The keys are
     logged and owed in one transaction, replacing what an earlier attempt of this run owed for the shard.
     """
+    layout = staging_layout(shard.prefix)
     cutoff = min(cutoff, datetime.now(timezone.utc) - floor)
-    keys, sizes, fresh = [], [], 0
+    keys, sizes, fresh, unexpected = [], [], 0, []
     for o in listing(s3, shard.bucket, shard.prefix):
-        if o["LastModified"] < cutoff:
+        if not layout.fullmatch(o["Key"]):
+            unexpected.append(o["Key"])
+        elif o["LastModified"] < cutoff:
             keys.append(o["Key"])
             sizes.append(o["Size"])
         else:
@@ -88,14 +104,29 @@ def delete_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: Media
     with conn.transaction():
         replace_run_log(conn, run, source=f"{STAGING_SOURCE} {shard.bucket}/{shard.prefix}", bucket=shard.bucket,
                         keys=keys, sizes=sizes, batch_size=batch_size)
-        if run.dry_run:
-            add_counts(conn, run, objects=len(keys), bytes_=sum(sizes))
-    log.info("%s/%s: %d stale staging objects (%d bytes) %s, %d fresh kept", shard.bucket, shard.prefix,
-             len(keys), sum(sizes), "would go" if run.dry_run else "owed", fresh)
-    return {"shard": f"{shard.bucket}/{shard.prefix}", "stale": len(keys), "stale_bytes": sum(sizes), "fresh": fresh}
+        if run.dry_run:  # the shard's whole report, set (not added): a retried shard counts once
+            set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=f"{shard.bucket}/{shard.prefix}")
+    if unexpected:
+        log.warning("%s/%s: %d keys match no staging layout and are kept (not uploads; never deleted here)%s: %s",
+                    shard.bucket, shard.prefix, len(unexpected),
+                    f", the first {UNEXPECTED_KEYS_LOGGED}" if len(unexpected) > UNEXPECTED_KEYS_LOGGED else "",
+                    ", ".join(unexpected[:UNEXPECTED_KEYS_LOGGED]))
+    log.info("%s/%s: %d stale staging objects (%d bytes) %s, %d fresh kept, %d unexpected keys kept", shard.bucket,
+             shard.prefix, len(keys), sum(sizes), "would go" if run.dry_run else "owed", fresh, len(unexpected))
+    return {"shard": f"{shard.bucket}/{shard.prefix}", "stale": len(keys), "stale_bytes": sum(sizes), "fresh": fresh,
+            "unexpected": len(unexpected)}
 
 
 # -------------------------------------------------------------------------------------------- thumbnails
+def check_min_age(min_age: timedelta) -> None:
+    """blobgc_media_thumbnails' min_age_hours: at least `MIN_ORPHAN_AGE`, so a master whose upload is
+    under way never has its fresh thumbnails taken for orphans, nor its job queued twice."""
+    if min_age < MIN_ORPHAN_AGE:
+        raise ConfigurationError(f"min_age_hours must be at least {MIN_ORPHAN_AGE.total_seconds() / 3600:.0f} hour, not "
+                         f"{min_age.total_seconds() / 3600:g}: younger thumbnails may belong to a master still being "
+                         "uploaded, and younger masters may have their first job still queued")
+
+
 @dataclass
 class UserObjects:
     """One user's masters and thumbnails in a shard: master key -> last modified; thumbnail key -> (size, age)."""
@@ -125,7 +156,16 @@ def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
 def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: MediaShard, settings: MediaSettings,
                      *, cutoff: datetime, batch_size: int = 1000) -> dict:
     """Queue masters older than `cutoff` that lack a thumbnail size, and owe the deletion of
-    thumbnails older than `cutoff` whose master is gone. A dry run only reports both."""
+    thumbnails older than `cutoff` whose master is gone. A dry run only reports both.
+
+    `cutoff` must lie at least `MIN_ORPHAN_AGE` before the run's reference time (ValueError
+    otherwise). A master is queued again only once its earlier job was queued longer ago than that
+    min age (`media-thumb-queue:queued`), so the queue does not grow by one job per master and run.
+    """
+    if run.reference_time is None:
+        raise ValueError(f"run {run.run_id} of {run.dag_id} has no reference time: call blobgc.runs.ensure_run first")
+    min_age = run.reference_time - cutoff
+    check_min_age(min_age)
     sizes = settings.thumb_sizes(shard.kind)
     missing: list[str] = []
     orphans: list[tuple[str, int]] = []
@@ -144,18 +184,22 @@ def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: Me
         replace_run_log(conn, run, source=f"{MEDIA_THUMBNAIL_SOURCE} {shard.bucket}/{shard.prefix}",
                         bucket=shard.bucket, keys=[k for k, _ in orphans], sizes=[s for _, s in orphans],
                         batch_size=batch_size)
-        if run.dry_run:
-            add_counts(conn, run, objects=len(orphans), bytes_=sum(s for _, s in orphans))
-    if missing and not run.dry_run:
-        kind = "image" if shard.kind == "image" else "icon"
-        for start in range(0, len(missing), 1000):
-            redis.lpush(QUEUE, *[json.dumps({"type": kind, "bucket": shard.bucket, "originalKey": k})
-                                 for k in missing[start:start + 1000]])
-    log.info("%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails %s, %d orphan thumbnails %s",
-             shard.bucket, shard.prefix or "(all)", masters, thumbs, len(missing),
-             "would be queued" if run.dry_run else "queued", len(orphans), "would go" if run.dry_run else "owed")
+        if run.dry_run:  # the shard's whole report, set (not added): a retried shard counts once
+            set_counts(conn, run, rows=0, objects=len(orphans), bytes_=sum(s for _, s in orphans),
+                       part=f"{shard.bucket}/{shard.prefix}")
+    kind = "image" if shard.kind == "image" else "icon"
+    requeue_after = min_age.total_seconds()
+    if run.dry_run:
+        queued = len(missing) - len(recently_queued(redis, shard.bucket, missing, requeue_after))
+    else:
+        queued = queue_thumbnail_jobs(redis, kind, shard.bucket, missing, requeue_after_seconds=requeue_after)
+    log.info("%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails, %d of them %s (the others were queued "
+             "less than %s ago), %d orphan thumbnails %s", shard.bucket, shard.prefix or "(all)", masters, thumbs,
+             len(missing), queued, "would be queued" if run.dry_run else "queued", min_age, len(orphans),
+             "would go" if run.dry_run else "owed")
     return {"shard": f"{shard.bucket}/{shard.prefix}", "masters": masters, "thumbnails": thumbs,
-            "missing_queued": len(missing), "orphans": len(orphans), "orphan_bytes": sum(s for _, s in orphans)}
+            "missing": len(missing), "missing_queued": queued, "missing_already_queued": len(missing) - queued,
+            "orphans": len(orphans), "orphan_bytes": sum(s for _, s in orphans)}
 
 
 @contextmanager

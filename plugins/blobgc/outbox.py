@@ -2,6 +2,22 @@
 
 A crash between the database commit and the S3 call leaves the keys owed, and the next drain
 deletes them. Keys S3 refuses stay owed with their error. Nothing is forgotten.
+
+**Every source has a drain-time guard** (`key_guard`): just before deleting, in the draining
+transaction, it sets aside the keys that a row accounts for again (a paste re-created, an image id
+reused, a blob row inserted after reconcile listed its object) and holds the rest.
+
+**Only what existed is counted.** A key whose size was recorded when its object was written counts
+with that size. For a key of unknown size (a thumbnail that may never have been made), the drain
+asks the store first (`blobgc.objects.object_sizes`: a listing where such keys are dense, HEAD where
+they are sparse); one that is absent is settled as such, never counted, and gets no delete marker on
+a versioned bucket.
+
+**One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
+retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
+attempts, parked: still owed, shown in the reclaim report and the `.parked` metric, skipped by
+drains until an operator unparks it (`unpark_owed_deletions`). A transient failure (S3 down,
+throttled) keeps its keys owed and fails the task after the rest has drained, so Airflow retries it.
 """
 from __future__ import annotations
 
@@ -11,12 +27,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import timedelta
 
 import psycopg
+from botocore.exceptions import BotoCoreError, ClientError
 
 from blobgc import queries
-from blobgc.objects import MAX_KEYS_PER_CALL, bucket_is_versioned, delete_objects_in_batches
+from blobgc.objects import (
+    MAX_KEYS_PER_CALL,
+    bucket_is_versioned,
+    delete_objects_in_batches,
+    error_code,
+    is_transient,
+    object_sizes,
+)
 from blobgc.runs import RunRef, add_counts
 from blobgc.sizes import human_bytes
 
@@ -26,7 +51,13 @@ log = logging.getLogger(__name__)
 # and seed 001's image files (`blobgc.images`).
 PASTE_CONTENT_SOURCE = "app.content"
 IMAGE_SOURCE = "app.image"
+BLOB_SOURCE = "app.blob"
+MAIL_SOURCE = "gen.blob"
 MEDIA_THUMBNAIL_SOURCE = "media.thumbnails"  # seed 004's orphan thumbnails (a source per shard starts with this)
+MEDIA_STAGING_SOURCE = "media.staging"
+PARK_AFTER = 5  # failures no retry can fix, in a row, before a row is parked
+BACKOFF_BASE = timedelta(minutes=1)  # the wait after the second such failure, quadrupled after each further one
+BACKOFF_MAX = timedelta(hours=6)
 # Given a draining transaction, the S3 client, the bucket and the claimed keys of one source, yields
 # the keys that must be kept and holds the rest so that no new row can claim them until the transaction ends.
 KeyGuard = Callable[[psycopg.Connection, object, str, list[str]], AbstractContextManager[set[str]]]
@@ -39,7 +70,35 @@ class DrainResult:
     objects_deleted: int = 0
     bytes_reclaimed: int = 0
     failed: int = 0
+    absent: int = 0
     owed_after: int = 0
+    parked: int = 0
+    errors: list[BaseException] = field(default_factory=list, repr=False)  # transient failures of whole calls
+
+    def counts(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+class OwedDeletionsParked(RuntimeError):
+    """Owed deletions that kept failing are parked: the drain did the rest, and the task fails so that on-call looks."""
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """When failing rows back off and park."""
+
+    park_after: int = PARK_AFTER
+    backoff_base: timedelta = BACKOFF_BASE
+    backoff_max: timedelta = BACKOFF_MAX
+
+    def backoff(self, failures: int) -> timedelta:
+        """The wait before the next attempt after `failures` permanent failures in a row (none after the first)."""
+        if failures <= 1:
+            return timedelta(0)
+        return min(self.backoff_max, self.backoff_base * 4 ** (failures - 2))
+
+
+DEFAULT_POLICY = DrainPolicy()
 
 
 def record_deletions(
@@ -51,12 +110,14 @@ def record_deletions(
     keys: Sequence[str],
     sizes: Sequence[int | None],
     rows: Sequence[str] | None = None,
+    part: str = "",
 ) -> None:
     """Log `keys` and owe their deletion; call inside the transaction that deletes their rows.
 
-    On a dry run the keys are logged (the run's report of what would go) and nothing is owed.
-    `rows` are the deleted rows' images as JSON text (`to_jsonb(row)::text`, never parsed here), for a
-    source whose rows blobgc_restore can put back.
+    On a dry run the keys are logged (the run's report of what would go, under `part`: see
+    `blobgc.runs.restart_dry_run_part`) and nothing is owed. `rows` are the deleted rows' images as
+    JSON text (`to_jsonb(row)::text`, never parsed here), for a source whose rows blobgc_restore can
+    put back.
     """
     if not keys:
         return
@@ -64,7 +125,7 @@ def record_deletions(
         queries.load("outbox/insert_deletions"),
         {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
          "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
-         "rows": f"[{','.join(rows)}]" if rows else None},
+         "rows": f"[{','.join(rows)}]" if rows else None, "part": part},
     )
 
 
@@ -116,10 +177,22 @@ def replace_run_log(
     return record_in_batches(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size)
 
 
-def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int]:
-    """(owed objects, their known bytes, highest attempt count) for one DAG."""
+def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int, int]:
+    """(owed objects, their known bytes, highest attempt count, parked objects) for one DAG."""
     row = conn.execute(queries.load("outbox/summarize_owed_deletions"), {"dag_id": dag_id}).fetchone()
-    return int(row[0]), int(row[1]), int(row[2])
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+def unpark_owed_deletions(conn: psycopg.Connection, dag_id: str, log_ids: Sequence[int] | None = None) -> int:
+    """Put parked deletions of `dag_id` (all, or those of `log_ids`) back in line, due at once; returns how many rows.
+
+    For on-call, once the cause is fixed (the bucket exists again, the policy allows deletes).
+    """
+    with conn.transaction():
+        rows = conn.execute(queries.load("outbox/unpark_owed_deletions"),
+                            {"dag_id": dag_id, "log_ids": list(log_ids) if log_ids is not None else None}).fetchall()
+    log.info("unparked %d owed log rows of %s", len(rows), dag_id)
+    return len(rows)
 
 
 def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> tuple[list[tuple], int]:
@@ -152,6 +225,7 @@ def delete_owed_objects(
     concurrency: int = 4,
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
+    policy: DrainPolicy = DEFAULT_POLICY,
 ) -> DrainResult:
     """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 
@@ -159,9 +233,11 @@ def delete_owed_objects(
     > 1, that many drains run side by side on connections from `connect`, claiming disjoint log rows
     (SKIP LOCKED), so one drain's database work overlaps another's S3 calls.
 
-    Each owed key is tried once per call; keys S3 refuses stay owed (with their errors) for the
-    next call. An S3 outage raises with the current batch rolled back (still owed), so a retry of
-    the task completes it. On a dry run nothing is deleted and the result reports what is owed.
+    Each owed key is tried once per call. Keys S3 refuses stay owed (with their errors); rows that
+    keep failing back off and are parked (`DrainPolicy`). A transient failure of a whole call (S3
+    down) keeps that bucket's keys owed; once every other due row is drained, the first such error
+    is raised, so a retry of the task completes the work. On a dry run nothing is deleted and the
+    result reports what is owed.
     """
     result = DrainResult()
     if not run.dry_run:
@@ -169,23 +245,37 @@ def delete_owed_objects(
 
             def drain_on_own_connection(_: int) -> DrainResult:
                 with connect() as own:
-                    return drain(own, s3, run, batch_size, concurrency)
+                    return drain(own, s3, run, batch_size, concurrency, policy)
 
             with ThreadPoolExecutor(workers) as pool:
                 parts = list(pool.map(drain_on_own_connection, range(workers)))
         else:
-            parts = [drain(conn, s3, run, batch_size, concurrency)]
+            parts = [drain(conn, s3, run, batch_size, concurrency, policy)]
         for part in parts:
             result.objects_deleted += part.objects_deleted
             result.bytes_reclaimed += part.bytes_reclaimed
             result.failed += part.failed
-    result.owed_after = owed_summary(conn, run.dag_id)[0]
+            result.absent += part.absent
+            result.errors += part.errors
+    owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
+    result.owed_after, result.parked = owed, parked
+    if parked:
+        log.error("%d owed deletions of %s are parked after failing %d times: see blobgc.outbox (parked_at, "
+                  "last_errors); fix the cause, then unpark them", parked, run.dag_id, policy.park_after)
+    if result.errors:
+        raise result.errors[0]
     return result
 
 
-def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int) -> DrainResult:
-    """One drain over the owed log rows, in log order, skipping rows another drain holds."""
+def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int,
+          policy: DrainPolicy = DEFAULT_POLICY) -> DrainResult:
+    """One drain over the due owed log rows, in log order, skipping rows another drain holds.
+
+    A bucket that failed transiently is not called again in this drain: its later rows are settled
+    as failed with the same error at once, so an outage costs one round of retries, not one per row.
+    """
     result = DrainResult()
+    down: dict[str, BaseException] = {}
     after = 0
     while True:
         with conn.transaction():
@@ -194,23 +284,28 @@ def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrenc
                 if after == 0:
                     break
                 continue  # another drain holds these rows; go on after them
-            done, done_bytes, failed = settle_batches(conn, s3, run, rows, batch_size, concurrency)
-            add_counts(conn, run, objects=done, bytes_=done_bytes)
-        result.objects_deleted += done
-        result.bytes_reclaimed += done_bytes
-        result.failed += failed
-        log.info("deleted %d objects (%s) owed by %s; %d failed and stay owed",
-                 done, human_bytes(done_bytes), run.dag_id, failed)
+            settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down)
+            add_counts(conn, run, objects=settled.objects_deleted, bytes_=settled.bytes_reclaimed)
+        result.objects_deleted += settled.objects_deleted
+        result.bytes_reclaimed += settled.bytes_reclaimed
+        result.failed += settled.failed
+        result.absent += settled.absent
+        result.errors += settled.errors
+        log.info("deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
+                 settled.objects_deleted, human_bytes(settled.bytes_reclaimed), run.dag_id, settled.absent,
+                 settled.failed)
     return result
 
 
 def key_guard(source: str) -> KeyGuard | None:
-    """The guard of a source whose keys can be needed again after they were owed, or None.
+    """The drain-time guard of a source: which owed keys a row accounts for again, holding the others.
 
-    Seed 002's `pastes/{content_hash}` is one: identical content re-uploaded after its old row was
-    deleted creates a new row under the same key, and the owed deletion must then keep the object.
-    Seed 001's image files are another: a new row can reuse an image id whose last row was deleted.
-    Seed 004's orphan thumbnails too: a profile slot's master can be uploaded again meanwhile.
+    Seed 002's `pastes/{content_hash}`: identical content re-uploaded after its old row was deleted
+    creates a new row under the same key. Seed 001's image files: a new row can reuse an image id
+    whose last row was deleted. Seed 000's `blobs/{id}/…` and seed 003's `mail/{blob_id}`: reconcile
+    owes a key that no row had when it listed, and a row may have been inserted since. Seed 004's
+    orphan thumbnails: a profile slot's master can be uploaded again meanwhile. Staging objects are
+    temporary by definition and need none.
     """
     if source == PASTE_CONTENT_SOURCE:
         from blobgc.pastes import hold_unneeded_contents
@@ -220,6 +315,14 @@ def key_guard(source: str) -> KeyGuard | None:
         from blobgc.images import hold_unreferenced_images
 
         return lambda conn, _s3, _bucket, keys: hold_unreferenced_images(conn, keys)
+    if source == BLOB_SOURCE:
+        from blobgc.sweep import keep_blob_keys_with_a_row
+
+        return lambda conn, _s3, _bucket, keys: keep_blob_keys_with_a_row(conn, keys)
+    if source == MAIL_SOURCE:
+        from blobgc.generations import hold_unreferenced_mail
+
+        return lambda conn, _s3, _bucket, keys: hold_unreferenced_mail(conn, keys)
     if source.startswith(MEDIA_THUMBNAIL_SOURCE):
         from blobgc.media_cleanup import keep_thumbnails_with_a_master
 
@@ -227,48 +330,140 @@ def key_guard(source: str) -> KeyGuard | None:
     return None
 
 
-def settle_batches(
-    conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int
-) -> tuple[int, int, int]:
-    """Delete the claimed rows' keys (DeleteObjects per bucket and source) and settle each row.
+@dataclass
+class KeyOutcome:
+    """What the drain did with one owed key: deleted (with its size and delete marker), kept, absent, or failed."""
 
-    A source's key guard (`key_guard`) first sets aside the keys a new row needs again; those are
-    settled as kept, not deleted, and the guard holds the others until this transaction ends.
-    Returns (deleted, their bytes, failed).
+    outcome: str  # deleted | kept | absent | failed
+    size: int | None = None
+    marker: str | None = None
+    error: str | None = None
+    permanent: bool = False
+
+
+def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, source: str, keys: list[str],
+                 batch_size: int, concurrency: int, versioned: dict[str, bool],
+                 sizes_logged: dict[str, int | None]) -> dict[str, KeyOutcome]:
+    """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure."""
+    guard = key_guard(source)
+    needed: set[str] = guards.enter_context(guard(conn, s3, bucket, keys)) if guard else set()
+    outcomes = {key: KeyOutcome("kept") for key in keys if key in needed}
+    todo = [k for k in keys if k not in needed]
+    if not todo:
+        return outcomes
+    if bucket not in versioned:
+        versioned[bucket] = bucket_is_versioned(s3, bucket)
+    # a size recorded when the object was written is its size; a key of unknown size is asked of the store
+    present: dict[str, int | None] = {k: sizes_logged[k] for k in todo if sizes_logged.get(k) is not None}
+    unknown = [k for k in todo if k not in present]
+    try:
+        present.update(object_sizes(s3, bucket, unknown) if unknown else {})
+    except ClientError as error:
+        if error_code(error) not in ("AccessDenied", "AllAccessDisabled", "403"):
+            raise
+        # may delete but neither list nor read: such keys are taken to exist, their bytes unknown
+        log.warning("may not list or HEAD %s (%s): %d owed keys of unknown size are deleted without checking that "
+                    "they exist", bucket, error_code(error), len(unknown))
+        present.update({k: None for k in unknown})
+    outcomes.update({key: KeyOutcome("absent") for key in todo if key not in present})
+    existing = [k for k in todo if k in present]
+    outcome = delete_objects_in_batches(s3, bucket, existing, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+                                        concurrency=concurrency, versioned=versioned[bucket])
+    for key in existing:
+        if key in outcome.failed:
+            outcomes[key] = KeyOutcome("failed", error=outcome.failed[key], permanent=key in outcome.permanent)
+        else:
+            outcomes[key] = KeyOutcome("deleted", size=present[key], marker=outcome.markers.get(key))
+    return outcomes
+
+
+def settle_batches(
+    conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int,
+    policy: DrainPolicy = DEFAULT_POLICY, down: dict[str, BaseException] | None = None,
+) -> DrainResult:
+    """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
+
+    A source's key guard first sets aside the keys a row needs again (settled as kept) and holds the
+    others until this transaction ends. A whole call that fails (the bucket is gone, S3 is down)
+    fails only its bucket's keys: the other groups go on.
     """
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for _log_id, bucket, source, keys, _sizes in rows:
+    sizes_logged: dict[tuple[str, str], int | None] = {}
+    for _log_id, bucket, source, keys, sizes, _failures in rows:
         by_group[(bucket, source)].extend(keys)
-    failures: dict[tuple[str, str], str] = {}
-    markers: dict[tuple[str, str], str] = {}
-    kept: set[tuple[str, str]] = set()
-    versioned = {bucket: bucket_is_versioned(s3, bucket) for bucket, _ in by_group}
+        sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
+    outcomes: dict[tuple[str, str], KeyOutcome] = {}
+    versioned: dict[str, bool] = {}
+    settled = DrainResult()
+    down = {} if down is None else down
     with ExitStack() as guards:
-        for (bucket, source), keys in by_group.items():
-            guard = key_guard(source)
-            needed: set[str] = guards.enter_context(guard(conn, s3, bucket, keys)) if guard else set()
-            kept.update((bucket, key) for key in needed)
-            outcome = delete_objects_in_batches(s3, bucket, [k for k in keys if k not in needed],
-                                                batch_size=min(batch_size, MAX_KEYS_PER_CALL),
-                                                concurrency=concurrency, versioned=versioned[bucket])
-            failures.update({(bucket, key): error for key, error in outcome.failed.items()})
-            markers.update({(bucket, key): version for key, version in outcome.markers.items()})
-    done = done_bytes = failed = 0
-    for log_id, bucket, _source, keys, sizes in rows:
-        pairs = list(zip(keys, sizes, strict=True))
-        ok = [(k, sz) for k, sz in pairs if (bucket, k) not in failures and (bucket, k) not in kept]
-        bad = [(k, sz) for k, sz in pairs if (bucket, k) in failures]
+        # guards take their locks in one order (source, then bucket), so two drains never deadlock on them
+        for (bucket, source), keys in sorted(by_group.items(), key=lambda item: (item[0][1], item[0][0])):
+            try:
+                if bucket in down:
+                    raise down[bucket]
+                group = delete_group(conn, s3, guards, bucket, source, keys, batch_size, concurrency, versioned,
+                                     {k: sizes_logged.get((bucket, k)) for k in keys})
+            except (ClientError, BotoCoreError) as error:
+                transient = is_transient(error)
+                message = f"{error_code(error)}: {error}"[:500]
+                log.warning("%s %d owed keys of %s in %s: %s", "could not delete (will retry)" if transient
+                            else "refused:", len(keys), source, bucket, message)
+                if transient and bucket not in down:
+                    settled.errors.append(error)
+                    down[bucket] = error
+                group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
+            outcomes.update({(bucket, k): o for k, o in group.items()})
+    for log_id, bucket, _source, keys, sizes, failures in rows:
+        results = [outcomes[(bucket, k)] for k in keys]
+        failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
+        done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
+        permanent = any(o.permanent for _, _, o in failed)
+        failures_now = failures + 1 if permanent else (failures if failed else 0)
         conn.execute(queries.load("outbox/settle_owed_deletions"), {
             "log_id": log_id, "run_id": run.run_id,
-            "failed_keys": [k for k, _ in bad], "failed_sizes": [sz for _, sz in bad],
-            "errors": json.dumps({k: failures[(bucket, k)] for k, _ in bad}) if bad else None,
-            "done_keys": [k for k, _ in ok],
-            "done_versions": [markers.get((bucket, k)) for k, _ in ok] if versioned[bucket] else None,
-            "kept_keys": [k for k, _ in pairs if (bucket, k) in kept],
+            "failed_keys": [k for k, _, _ in failed], "failed_sizes": [sz for _, sz, _ in failed],
+            "errors": json.dumps({k: o.error for k, _, o in failed}) if failed else None,
+            "failures": failures_now,
+            "backoff": policy.backoff(failures_now) if permanent else timedelta(0),
+            "park": permanent and failures_now >= policy.park_after,
+            "done_keys": [k for k, _ in done],
+            "done_sizes": [o.size for _, o in done],
+            "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,
+            "kept_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "kept"],
+            "absent_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "absent"],
         })
-        done += len(ok)
-        done_bytes += sum(sz or 0 for _, sz in ok)
-        failed += len(bad)
+        settled.objects_deleted += len(done)
+        settled.bytes_reclaimed += sum(o.size or 0 for _, o in done)
+        settled.failed += len(failed)
+        settled.absent += sum(o.outcome == "absent" for o in results)
+    kept = sum(o.outcome == "kept" for o in outcomes.values())
     if kept:
-        log.info("kept %d owed objects that new rows need again", len(kept))
-    return done, done_bytes, failed
+        log.info("kept %d owed objects that rows need again", kept)
+    return settled
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m blobgc.outbox unpark <dag_id> [log_id ...]`: put parked owed deletions back in line (BLOBGC_PG_DSN)."""
+    import argparse
+    import os
+
+    from blobgc.clients import pg_connect
+
+    parser = argparse.ArgumentParser(prog="python -m blobgc.outbox", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    unpark = sub.add_parser("unpark", help="unpark a DAG's parked owed deletions (all, or the given log rows)")
+    unpark.add_argument("dag_id")
+    unpark.add_argument("log_ids", nargs="*", type=int)
+    args = parser.parse_args(argv)
+    dsn = os.environ.get("BLOBGC_PG_DSN")
+    if not dsn:
+        parser.error("BLOBGC_PG_DSN is not set (source .blobgc/env, or export the application database's URI)")
+    with pg_connect(dsn) as conn:
+        n = unpark_owed_deletions(conn, args.dag_id, args.log_ids or None)
+    print(f"unparked {n} owed log rows of {args.dag_id}; its next delete_owed_objects task tries them again")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,7 +7,7 @@ from datetime import datetime
 import psycopg
 
 from blobgc import queries
-from blobgc.runs import RunRef, add_counts
+from blobgc.runs import RunRef, add_counts, set_counts
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def remove_stale_page_usages(
     if run.dry_run:
         with conn.transaction():
             n = conn.execute(queries.load("pages/count_stale_page_usages"), {"cutoff": cutoff}).fetchone()[0]
-            add_counts(conn, run, rows=n)
+            set_counts(conn, run, rows=n, objects=0, bytes_=0, part="page usages")  # a retry reports it once
         log.info("dry run: %d page usages not confirmed since %s would be removed", n, cutoff)
         return n
     total = 0

@@ -189,13 +189,15 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
     parts.append('<h2>Owed deletions still outstanding</h2>')
     if report["owed"]:
         parts.append('<table id="owed"><tr><th>DAG</th><th>bucket</th><th>objects</th><th>bytes</th><th>oldest</th>'
-                     "<th>attempts</th><th>last errors</th></tr>")
+                     "<th>attempts</th><th>parked</th><th>last errors</th></tr>")
         for o in report["owed"]:
             parts.append(f'<tr data-dag="{html.escape(o["dag_id"])}" data-objects="{o["objects"]}">'
                          + _cells(o["dag_id"], o["bucket"]) + f'<td class="num">{o["objects"]:,}</td>'
                          + _cells(human_bytes(o["bytes"]), o["oldest"][:16].replace("T", " "), o["max_attempts"],
-                                  (o["last_errors"] or "")[:200]) + "</tr>")
-        parts.append("</table><p class='hint'>Each DAG's delete_owed_objects task retries these on every run.</p>")
+                                  o["parked"], (o["last_errors"] or "")[:200]) + "</tr>")
+        parts.append("</table><p class='hint'>Each DAG's delete_owed_objects task retries these on every run. "
+                     "Parked deletions kept failing for a reason no retry fixes (the bucket is gone, access is "
+                     "denied): fix the cause, then unpark them (docs/operations.md).</p>")
     else:
         parts.append('<p id="owed-none">None: every logged deletion is confirmed by S3.</p>')
 

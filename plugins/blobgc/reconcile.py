@@ -31,34 +31,26 @@ import psycopg
 
 from blobgc import queries
 from blobgc.images import image_id_of
+from blobgc.generations import mail_id_of_key
 from blobgc.outbox import IMAGE_SOURCE, PASTE_CONTENT_SOURCE, record_deletions
 from blobgc.runs import RunRef, add_counts
+from blobgc.settings import ConfigurationError
+from blobgc.sweep import blob_id_of_key
 
 log = logging.getLogger(__name__)
 
 PAGE = 1000
 LISTING_MARGIN = timedelta(seconds=2)
+# The least age at which an unaccounted-for object may be judged an orphan: an upload whose row is not written
+# yet, or a multipart upload (dated by its initiation), must never be one.
+MIN_AGE_FLOOR_HOURS = 1
 HIGHEST = "\U0010ffff"  # sorts after every character: StartAfter=shard+HIGHEST skips the whole shard
 HEX64 = re.compile(r"[0-9a-f]{64}")
-BLOB_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
-MAIL_ID = re.compile(r"[0-9A-Za-z_.:-]{1,200}")
-
-
-def parse_blob_key(key: str) -> str | None:
-    parts = key.split("/")
-    if len(parts) == 3 and parts[0] == "blobs" and parts[2] in ("raw", "thumbnail") and BLOB_ID.fullmatch(parts[1]):
-        return parts[1]
-    return None
 
 
 def parse_paste_key(key: str) -> str | None:
     digest = key[len("pastes/"):]
     return digest if key.startswith("pastes/") and HEX64.fullmatch(digest) else None
-
-
-def parse_mail_key(key: str) -> str | None:
-    blob_id = key[len("mail/"):]
-    return blob_id if key.startswith("mail/") and MAIL_ID.fullmatch(blob_id) else None
 
 
 @dataclass(frozen=True)
@@ -80,7 +72,7 @@ class KeySource:
 
 
 KEY_SOURCES: tuple[KeySource, ...] = (
-    KeySource("app.blob", "blobs/", 1, parse_blob_key, "reconcile/select_existing_blobs",
+    KeySource("app.blob", "blobs/", 1, blob_id_of_key, "reconcile/select_existing_blobs",
               "reconcile/select_blob_rows_in_range", lambda ref, _: [f"blobs/{ref}/raw"],
               "reconcile/select_blob_shards"),
     KeySource(PASTE_CONTENT_SOURCE, "pastes/", 1, parse_paste_key, "reconcile/select_existing_contents",
@@ -89,7 +81,7 @@ KEY_SOURCES: tuple[KeySource, ...] = (
     KeySource(IMAGE_SOURCE, "images/", 3, image_id_of, "reconcile/select_existing_images",
               "reconcile/select_image_rows_in_range", lambda ref, known: known or [],
               "reconcile/select_image_shards"),
-    KeySource("gen.blob", "mail/", 1, parse_mail_key, "reconcile/select_existing_mail_blobs",
+    KeySource("gen.blob", "mail/", 1, mail_id_of_key, "reconcile/select_existing_mail_blobs",
               "reconcile/select_mail_rows_in_range", lambda ref, _: [f"mail/{ref}"],
               "reconcile/select_mail_shards"),
 )
@@ -272,6 +264,14 @@ def check_page(
     return result, next_pending
 
 
+def check_age_floor(run: RunRef, cutoff: datetime) -> None:
+    """Refuse a cut-off less than MIN_AGE_FLOOR_HOURS before the run's reference time (a min_age_hours below 1)."""
+    if run.reference_time is not None and run.reference_time - cutoff < timedelta(hours=MIN_AGE_FLOOR_HOURS):
+        raise ConfigurationError(f"min_age_hours must be at least {MIN_AGE_FLOOR_HOURS}: a younger object may be an upload "
+                         f"whose row is not written yet (got a cut-off of {cutoff.isoformat()}, less than "
+                         f"{MIN_AGE_FLOOR_HOURS} h before the run's reference time {run.reference_time.isoformat()})")
+
+
 def reconcile_shard(
     conn: psycopg.Connection,
     s3,
@@ -284,6 +284,7 @@ def reconcile_shard(
 ) -> ShardResult:
     """Reconcile one shard from its checkpoint to its end (see the module docstring)."""
     source = SOURCES_BY_NAME.get(shard.source) if shard.source else None
+    check_age_floor(run, cutoff)
     # never judge an object written after this listing started, whatever the floor (S3 lists
     # LastModified to the second, hence the margin)
     cutoff = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)

@@ -3,7 +3,13 @@
 Only a versioned bucket can be undone: deleting a key there adds a delete marker, whose version id
 the outbox records (`blobgc.deletion_settlement.version_ids`); removing that marker makes the
 previous version current again. On an unversioned bucket the bytes are gone, and `plan_restore`
-refuses before touching anything.
+refuses before touching anything; so it does on a bucket whose versioning is *Suspended*, where a
+delete removes an object's null version for good.
+
+**A restore verifies.** An at-least-once delete can stack several delete markers over one object,
+so removing the recorded one is not enough: for each object, every delete marker above its newest
+version is removed, and a HEAD then checks that the object is back. One still missing is reported
+as failed, and the row it belongs to is not put back.
 
 Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): seed
 000's `app.blob`, whose sweep logs each deleted row. They return *used* (`unused = false`,
@@ -17,13 +23,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import psycopg
 from botocore.exceptions import ClientError
 
 from blobgc import queries
-from blobgc.objects import MAX_KEYS_PER_CALL, bucket_is_versioned, chunked
+from blobgc.objects import MAX_KEYS_PER_CALL, chunked, error_code, versioning_status
 from blobgc.runs import RunRef
 
 log = logging.getLogger(__name__)
@@ -68,6 +75,7 @@ class RestoreResult:
     already_restored: int = 0
     cancelled: int = 0
     not_restored: int = 0
+    failed: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
     def note(self, outcome: str, reason: str | None = None) -> None:
@@ -99,18 +107,28 @@ def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None =
     row = conn.execute(queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run}
                        ).fetchone()
     buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
-    unversioned = []
+    unversioned, suspended = [], []
     for bucket in buckets:
         try:
-            versioned = bucket_is_versioned(s3, bucket)
+            status = versioning_status(s3, bucket)
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code == "NoSuchBucket":
                 raise RestoreRefused(f"bucket {bucket!r}, which run {source_run!r} deleted from, does not exist") \
                     from error
             raise
-        if not versioned:
+        if status == "Suspended":
+            suspended.append(bucket)
+        elif status != "Enabled":
             unversioned.append(bucket)
+    if suspended:
+        raise RestoreRefused(
+            f"blobgc_restore refuses: versioning is Suspended on bucket{'s' if len(suspended) > 1 else ''} "
+            f"{', '.join(map(repr, suspended))}. A delete there removes an object's null version (anything written "
+            "while versioning was suspended) for good, and leaves a null delete marker that cannot tell which "
+            "objects had an older version to come back to, so the restore could not say what it brought back. "
+            "Nothing was changed. Re-enable versioning (aws s3api put-bucket-versioning --bucket NAME "
+            "--versioning-configuration Status=Enabled) to make later runs undoable.")
     if unversioned:
         raise RestoreRefused(
             f"blobgc_restore refuses: bucket{'s' if len(unversioned) > 1 else ''} {', '.join(map(repr, unversioned))} "
@@ -135,8 +153,14 @@ def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePl
     return result
 
 
-def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -> RestoreResult:
-    """Remove the delete marker of every object the run deleted, a DeleteObjects call per 1000 markers."""
+def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
+                    ) -> RestoreResult:
+    """Bring back every object the run deleted, and check with HEAD that each one is back.
+
+    For each object: list its versions, remove every delete marker above its newest version (the
+    recorded one, and any an at-least-once delete stacked over it), 1000 per DeleteObjects call,
+    then HEAD it. An object that is still missing is recorded as failed, with the reason.
+    """
     result = RestoreResult()
     pending = conn.execute(queries.load("restore/select_deleted_objects"), {
         "restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}).fetchall()
@@ -145,36 +169,83 @@ def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan
         by_bucket[bucket].append((key, version_id))
     for bucket, items in by_bucket.items():
         no_marker = [key for key, version in items if not version]
-        markers = [(key, version) for key, version in items if version]
+        marked = [key for key, version in items if version]
         reason = ("no delete marker recorded for this key: it was deleted before blobgc recorded version ids, "
                   "or while the bucket was not versioned")
         for _ in no_marker:
             result.note("not_restored", reason)
         if not run.dry_run and no_marker:
             record_items(conn, run, plan, "object", bucket, [(k, None, "not_restored", reason) for k in no_marker])
-        for chunk in chunked(markers, MAX_KEYS_PER_CALL):
-            if run.dry_run:
-                result.restored += len(chunk)
-                continue
-            response = s3.delete_objects(Bucket=bucket, Delete={
-                "Objects": [{"Key": k, "VersionId": v} for k, v in chunk], "Quiet": False})
-            errors = {(e.get("Key"), e.get("VersionId")): f"{e.get('Code')}: {e.get('Message', '')}".strip()
-                      for e in response.get("Errors", [])}
-            outcomes = []
-            for key, version in chunk:
-                error = errors.get((key, version)) or errors.get((key, None))
-                if error is None:
-                    outcomes.append((key, version, "restored", None))
-                elif error.startswith("NoSuchVersion"):
-                    outcomes.append((key, version, "already_restored", "the delete marker was already removed"))
-                else:
-                    outcomes.append((key, version, "not_restored", error))
+        if run.dry_run:
+            result.restored += len(marked)
+            continue
+        recorded = dict(items)
+        for chunk in chunked(marked, MAX_KEYS_PER_CALL):
+            outcomes = undo_deletions(s3, bucket, chunk, recorded, concurrency=concurrency)
             record_items(conn, run, plan, "object", bucket, outcomes)
             for _, _, outcome, detail in outcomes:
-                result.note(outcome, detail if outcome == "not_restored" else None)
-        log.info("%s %d objects in %s (%d without a recorded delete marker)",
-                 "would restore" if run.dry_run else "restored", result.restored, bucket, len(no_marker))
+                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+        log.info("restored %d objects in %s; %d failed (still missing after the undo), %d without a recorded delete "
+                 "marker", result.restored, bucket, result.failed, len(no_marker))
+    if run.dry_run:
+        log.info("would restore %d objects", result.restored)
     return result
+
+
+def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], bool]:
+    """(the delete markers above `key`'s newest version, whether any version of it exists)."""
+    entries: list[tuple[object, bool, str]] = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
+        entries += [(v["LastModified"], False, v["VersionId"]) for v in page.get("Versions", []) if v["Key"] == key]
+        entries += [(m["LastModified"], True, m["VersionId"]) for m in page.get("DeleteMarkers", [])
+                    if m["Key"] == key]
+    # newest first; S3 lists a key's versions newest first, and a marker written in the same second as the
+    # version it hides comes after it in time
+    entries.sort(key=lambda e: (e[0], e[1]), reverse=True)
+    markers: list[str] = []
+    for _, is_marker, version in entries:
+        if not is_marker:
+            return markers, True
+        markers.append(version)
+    return markers, False
+
+
+def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
+                   ) -> list[tuple[str, str | None, str, str | None]]:
+    """Remove the delete markers over `keys` and HEAD each: (key, recorded marker, outcome, detail) per key."""
+
+    def inspect(key: str) -> tuple[str, list[str], bool]:
+        markers, has_version = markers_above_newest_version(s3, bucket, key)
+        return key, markers, has_version
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
+        found = list(pool.map(inspect, keys))
+    removals = [(key, marker) for key, markers, has_version in found if has_version for marker in markers]
+    errors: dict[str, str] = {}
+    for chunk in chunked(removals, MAX_KEYS_PER_CALL):
+        response = s3.delete_objects(Bucket=bucket, Delete={
+            "Objects": [{"Key": k, "VersionId": v} for k, v in chunk], "Quiet": True})
+        for e in response.get("Errors", []):
+            if e.get("Code") != "NoSuchVersion":
+                errors[e.get("Key", "")] = f"{e.get('Code')}: {e.get('Message', '')}".strip()
+
+    def verify(item: tuple[str, list[str], bool]) -> tuple[str, str | None, str, str | None]:
+        key, markers, has_version = item
+        if not has_version:
+            return key, recorded.get(key), "failed", "no version of this object is left to restore"
+        if key in errors:
+            return key, recorded.get(key), "failed", f"could not remove its delete markers: {errors[key]}"
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as error:
+            return key, recorded.get(key), "failed", (f"still missing after removing {len(markers)} delete "
+                                                      f"marker(s): HEAD answered {error_code(error)}")
+        if not markers:
+            return key, recorded.get(key), "already_restored", "no delete marker was left over it"
+        return key, recorded.get(key), "restored", None
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(found)))) as pool:
+        return list(pool.map(verify, found))
 
 
 def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
@@ -185,9 +256,8 @@ def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> Re
         result.restored = conn.execute(queries.load("restore/count_logged_blob_rows"), params).fetchone()[0]
     else:
         with conn.transaction():
-            for _item, outcome in conn.execute(queries.load("restore/insert_blob_rows"), params).fetchall():
-                result.note(outcome, "a row with this id exists again; it was left as it is"
-                            if outcome == "not_restored" else None)
+            for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), params).fetchall():
+                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
     for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
         if plan.source_dag_id == RECONCILE_DAG:
             reason = f"{source}: no rows to restore: reconcile deletes only orphan objects, which no row accounted for"

@@ -1,13 +1,18 @@
 """Seed 000's sweep: delete blobs unused for longer than the grace, never one referenced at delete time.
 
 Each batch is one transaction: claim rows with FOR UPDATE SKIP LOCKED (a writer adding a reference
-holds a KEY SHARE lock, so its blob is skipped), re-check every reference, delete the rest, and log
-their object keys and owe their deletion in the same transaction. The objects themselves are
-deleted afterwards from the outbox (`blobgc.outbox.delete_owed_objects`).
+holds a KEY SHARE lock, so its blob is skipped), delete those that no reference points at (the
+DELETE statement re-checks every foreign key and declared reference itself, so a key declared
+ON DELETE CASCADE or SET NULL can never remove the referencing rows), and log their object keys and
+owe their deletion in the same transaction. The objects themselves are deleted afterwards from the
+outbox (`blobgc.outbox.delete_owed_objects`), which counts only those that existed.
 """
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,8 +22,14 @@ from psycopg import sql
 from blobgc import queries
 from blobgc.key_space import KeyRange
 from blobgc.outbox import record_deletions
-from blobgc.references import ReferenceSet, referenced_ids_query
-from blobgc.runs import RunRef, add_counts
+from blobgc.references import (
+    ReferenceSet,
+    ReferencesChanged,
+    check_unchanged,
+    discover_references,
+    unreferenced_condition,
+)
+from blobgc.runs import RunRef, add_counts, restart_dry_run_part
 from blobgc.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -29,9 +40,38 @@ REFERENCE_VIOLATIONS = (psycopg.errors.RestrictViolation, psycopg.errors.Foreign
 SAMPLE_KEYS = 20
 
 
+BLOB_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+
 def blob_object_keys(blob_id: str) -> tuple[str, str]:
     """The objects a blob owns: its raw upload and its thumbnail (deleting an absent key is harmless)."""
     return f"blobs/{blob_id}/raw", f"blobs/{blob_id}/thumbnail"
+
+
+def blob_id_of_key(key: str) -> str | None:
+    """The blob id of `blobs/{id}/raw` or `blobs/{id}/thumbnail`, or None for a key of any other layout."""
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "blobs" and parts[2] in ("raw", "thumbnail") and BLOB_ID.fullmatch(parts[1]):
+        return parts[1]
+    return None
+
+
+@contextmanager
+def keep_blob_keys_with_a_row(conn: psycopg.Connection, keys: list[str]) -> Iterator[set[str]]:
+    """The outbox's guard for blob objects: keep every key whose blob has a row now (or of no blob layout).
+
+    Reconcile owes a `blobs/…` key that no row accounted for when it listed; a row inserted since (an
+    upload whose object was written long before its row, a multipart upload dated by its initiation)
+    makes it needed again. The check runs in the draining transaction, just before the deletion.
+    """
+    ids = {key: blob_id_of_key(key) for key in keys}
+    wanted = sorted({i for i in ids.values() if i})
+    existing = {r[0] for r in conn.execute(queries.load("sweep/select_existing_blobs"), {"ids": wanted})} \
+        if wanted else set()
+    needed = {key for key, blob_id in ids.items() if blob_id is None or blob_id in existing}
+    if needed:
+        log.info("keeping %d owed blob objects: their blob has a row", len(needed))
+    yield needed
 
 
 @dataclass
@@ -50,21 +90,27 @@ class SweepResult:
         return {k: v for k, v in vars(self).items() if k != "sample_keys"}
 
 
-def delete_unreferenced(conn: psycopg.Connection, ids: list[str]) -> tuple[list[tuple[str, int | None]], list[str]]:
-    """Delete `ids` inside a savepoint; when a reference makes the DELETE fail, split the batch.
+def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids: list[str]
+                        ) -> list[tuple[str, int | None, str]]:
+    """Delete the rows of `ids` that no reference points at, inside a savepoint; returns (id, size, row image).
 
-    Returns the deleted (id, size, row image) rows and the ids a foreign key still protects.
+    The statement re-checks every reference. Should a foreign key still make it fail (a reference the
+    re-check did not know of), ON DELETE RESTRICT is the last guard: the batch is split, and the row
+    that fails alone is kept.
     """
     try:
         with conn.transaction():
-            return conn.execute(queries.load("sweep/delete_blobs"), {"ids": ids}).fetchall(), []
+            return conn.execute(statement, {"ids": ids}).fetchall()
     except REFERENCE_VIOLATIONS:
         if len(ids) == 1:
-            return [], ids
+            return []
     mid = len(ids) // 2
-    left_rows, left_kept = delete_unreferenced(conn, ids[:mid])
-    right_rows, right_kept = delete_unreferenced(conn, ids[mid:])
-    return left_rows + right_rows, left_kept + right_kept
+    return delete_unreferenced(conn, statement, ids[:mid]) + delete_unreferenced(conn, statement, ids[mid:])
+
+
+def range_part(key_range: KeyRange) -> str:
+    """The name of a sweep's share of a dry-run report: its id range."""
+    return f"ids {key_range[0] or 'start'}..{key_range[1] or 'end'}"
 
 
 def sweep_unused_blobs(
@@ -84,47 +130,34 @@ def sweep_unused_blobs(
     disjoint too.
     """
     lo, hi = key_range
+    part = range_part(key_range)
+    restart_dry_run_part(conn, run, part)  # a retried dry run reports its range once
     locking = sql.SQL("") if run.dry_run else sql.SQL("FOR UPDATE SKIP LOCKED")
     select_batch = sql.SQL(queries.load("sweep/select_unused_blobs")).format(locking=locking)
-    select_referenced = sql.SQL(queries.load("sweep/select_referenced_blobs")).format(
-        referenced=referenced_ids_query(refs, "ids")
-    )
+
+    def statements(found: ReferenceSet) -> tuple[sql.Composable, sql.Composable]:
+        unreferenced = unreferenced_condition(found, "b")
+        return (sql.SQL(queries.load("sweep/delete_blobs")).format(unreferenced=unreferenced),
+                sql.SQL(queries.load("sweep/select_unreferenced_blobs")).format(unreferenced=unreferenced))
+
+    delete, preview = statements(refs)
     result = SweepResult()
     after: str | None = None
     while True:
-        with conn.transaction():
-            batch = conn.execute(
-                select_batch,
-                {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size},
-            ).fetchall()
-            if not batch:
-                break
-            after = batch[-1][0]
-            ids = [row[0] for row in batch]
-            referenced = {row[0] for row in conn.execute(select_referenced, {"ids": ids})}
-            candidates = [i for i in ids if i not in referenced]
-            if run.dry_run:
-                sizes = {row[0]: row[1] for row in batch}
-                deleted = [(i, sizes[i]) for i in candidates]
-                protected: list[str] = []
-            else:
-                deleted, protected = delete_unreferenced(conn, candidates) if candidates else ([], [])
-            kept = sorted(referenced) + protected
-            if kept and not run.dry_run:
-                conn.execute(queries.load("sweep/update_blobs_used"), {"ids": kept})
-            keys: list[str] = []
-            sizes_out: list[int | None] = []
-            for blob_id, size, *_image in deleted:
-                raw, thumb = blob_object_keys(blob_id)
-                keys += [raw, thumb]
-                sizes_out += [size, None]
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes_out,
-                             rows=[image for _, _, *images in deleted for image in images])
-            batch_bytes = sum(size or 0 for _, size, *_image in deleted)
-            if run.dry_run:
-                add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes)
-            else:
-                add_counts(conn, run, rows=len(deleted))
+        try:
+            batch_result = sweep_batch(conn, run, refs, select_batch, delete, preview, part=part, bucket=bucket,
+                                       params={"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
+                                               "batch_size": batch_size})
+        except ReferencesChanged:
+            # a foreign key was added since the references were found: the batch rolled back; find them again
+            log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
+            refs = discover_references(conn, refs.table, refs.extra_sql, refs.id_column)
+            delete, preview = statements(refs)
+            continue
+        if batch_result is None:
+            break
+        batch, deleted, kept, keys, batch_bytes = batch_result
+        after = batch[-1][0]
         result.batches += 1
         result.rows_deleted += len(deleted)
         result.objects_owed += len(keys)
@@ -141,3 +174,41 @@ def sweep_unused_blobs(
              "dry run: would delete" if run.dry_run else "deleted", result.rows_deleted, result.objects_owed,
              human_bytes(result.bytes_owed), result.kept_referenced, result.sample_keys[:5])
     return result
+
+
+def sweep_batch(conn: psycopg.Connection, run: RunRef, refs: ReferenceSet, select_batch: sql.Composable,
+                delete: sql.Composable, preview: sql.Composable, *, part: str, bucket: str, params: dict
+                ) -> tuple[list, list, list[str], list[str], int] | None:
+    """One batch in one transaction: claim, delete what no reference points at, log and owe its objects.
+
+    Returns (claimed rows, deleted rows, kept ids, owed keys, bytes), or None when no blob is left.
+    Raises ReferencesChanged (the transaction rolled back) when a foreign key appeared meanwhile.
+    """
+    with conn.transaction():
+        batch = conn.execute(select_batch, params).fetchall()
+        if not batch:
+            return None
+        ids = [row[0] for row in batch]
+        if run.dry_run:
+            deleted = conn.execute(preview, {"ids": ids}).fetchall()
+        else:
+            deleted = delete_unreferenced(conn, delete, ids)
+            check_unchanged(conn, refs)
+        gone = {row[0] for row in deleted}
+        kept = [i for i in ids if i not in gone]
+        if kept and not run.dry_run:
+            conn.execute(queries.load("sweep/update_blobs_used"), {"ids": kept})
+        keys: list[str] = []
+        sizes_out: list[int | None] = []
+        for blob_id, size, *_image in deleted:
+            raw, thumb = blob_object_keys(blob_id)
+            keys += [raw, thumb]
+            sizes_out += [size, None]
+        record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes_out,
+                         rows=[image for _, _, *images in deleted for image in images], part=part)
+        batch_bytes = sum(size or 0 for _, size, *_image in deleted)
+        if run.dry_run:
+            add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part)
+        else:
+            add_counts(conn, run, rows=len(deleted))
+    return batch, deleted, kept, keys, batch_bytes

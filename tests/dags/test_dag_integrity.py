@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DAGS = ROOT / "dags"
 
 EXPECTED_TASKS = {
-    "blobgc_mark": {"remove_stale_page_usages", "mark_blobs", "publish_marks"},
+    "blobgc_mark": {"check_references", "remove_stale_page_usages", "mark_blobs", "publish_marks"},
     "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
     "blobgc_crawler": {"stage_requests", "crawl_batch", "report"},
     "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},

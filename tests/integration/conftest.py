@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ from blobgc.migrate import apply_migrations
 from blobgc.sweep import blob_object_keys
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_DB = "blobgc_test"
+TEST_DB = os.environ.get("BLOBGC_TEST_DB", "blobgc_test")  # a session of its own may use another
 RESET = """
 TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
          app.crawl_request, app.image, app.offer,
@@ -106,6 +107,21 @@ def bucket(s3):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:
             s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def versioned_bucket(s3):
+    """A bucket of the test's own with versioning enabled (as docker-compose's MinIO buckets are)."""
+    name = f"test-v-{uuid.uuid4().hex[:14]}"
+    s3.create_bucket(Bucket=name)
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    yield name
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+        versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                    for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        if versions:
+            s3.delete_objects(Bucket=name, Delete={"Objects": versions, "Quiet": True})
     s3.delete_bucket(Bucket=name)
 
 
@@ -208,6 +224,23 @@ def airflow_api(path: str, *, method: str = "GET", body: dict | None = None, tok
         headers={"Authorization": f"Bearer {token or airflow_token()}", "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as r:
         return json.load(r)
+
+
+def backdate_object(bucket: str, key: str, seconds: float) -> None:
+    """Make an object old the honest way (CONTRACT §1): the local S3 server moves its LastModified into the past."""
+    query = urllib.parse.urlencode({"bucket": bucket, "key": key, "seconds": seconds})
+    request = urllib.request.Request(f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/backdate?{query}", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        assert r.status == 200
+
+
+def backdate_objects(s3, bucket: str, seconds: float, prefix: str = "") -> list[str]:
+    """Backdate every object under `prefix`; returns their keys."""
+    keys = sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                  for o in page.get("Contents", []))
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: backdate_object(bucket, key, seconds), keys))
+    return keys
 
 
 def s3_outage(bucket: str, down: bool) -> None:

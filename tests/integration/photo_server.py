@@ -8,6 +8,7 @@ import time
 import zlib
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, quote, urlsplit
 
 from PIL import Image
 
@@ -34,7 +35,8 @@ def png_bomb(width: int = 40_000, height: int = 40_000) -> bytes:
 class PhotoServer:
     """Routes: /photo/<n>.jpg, /missing.jpg (404), /slow.jpg (stalls), /text.jpg (not an image),
     /bomb.png, /huge.jpg (declared oversize), /huge-stream.jpg (oversize, no length), /flaky.jpg
-    (503 twice, then a photo), /error.jpg (always 500)."""
+    (503 twice, then a photo), /error.jpg (always 500), /redirect?to=<url> (302 to that URL, see
+    `redirect_url`) and /redirect-loop (302 to itself)."""
 
     def __init__(self, huge_bytes: int = 2 * 1024 * 1024, stall_seconds: float = 3.0):
         self.hits: Counter[str] = Counter()
@@ -53,6 +55,12 @@ class PhotoServer:
                     self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def send_redirect(self, location: str) -> None:
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def do_GET(self):  # noqa: N802 - http.server's name
                 path = self.path.split("?")[0]
@@ -86,6 +94,10 @@ class PhotoServer:
                     self.send_body(jpeg(999))
                 elif path == "/error.jpg":
                     self.send_error(500)
+                elif path == "/redirect":
+                    self.send_redirect(parse_qs(urlsplit(self.path).query)["to"][0])
+                elif path == "/redirect-loop":
+                    self.send_redirect("/redirect-loop")
                 else:
                     self.send_error(404)
 
@@ -95,6 +107,10 @@ class PhotoServer:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+    def redirect_url(self, to: str) -> str:
+        """A URL on this server that answers 302 with `Location: to`."""
+        return self.url(f"/redirect?to={quote(to, safe='')}")
 
     def __enter__(self) -> PhotoServer:
         self.thread.start()

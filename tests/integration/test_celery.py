@@ -33,7 +33,7 @@ def stack_up(executor: str) -> subprocess.CompletedProcess:
 def trigger_dry_reconcile(tag: str, prefixes: list[str]) -> str:
     """A dry-run reconcile over `prefixes`, pinned where possible to the tick the scheduler would run next,
     so that unpausing the DAG adds no scheduled run of its own."""
-    body = {"dag_run_id": f"celery_test_{tag}", "conf": {"dry_run": True, "min_age_hours": 0, "prefixes": prefixes}}
+    body = {"dag_run_id": f"celery_test_{tag}", "conf": {"dry_run": True, "min_age_hours": 1, "prefixes": prefixes}}
     now = datetime.now(timezone.utc)
     upcoming = airflow_api(f"/api/v2/dags/{DAG}").get("next_dagrun_logical_date")
     for logical_date in ([upcoming] if upcoming and upcoming < now.isoformat() else []) + [now.isoformat()]:

@@ -1,6 +1,8 @@
 """Seed 001 against the real stack: the crawler's three branches, pre-upload, attach, and the rotten-photo cleaner.
 
 Photos come from a real HTTP server on loopback (tests/integration/photo_server.py) that counts requests.
+The crawler refuses loopback addresses unless told otherwise, so the crawls here open 127.0.0.0/8
+explicitly (`FAST.allowed_networks`), as the local stack's Variable blobgc_crawler_allowed_networks does.
 """
 from __future__ import annotations
 
@@ -14,18 +16,23 @@ import pytest
 import requests
 from botocore.exceptions import EndpointConnectionError
 
+import blobgc.downloads
 from blobgc.clients import pg_connect, s3_client_from_env
+from blobgc.crawler import CrawlRequest, batch_items, outcome_counts, record_outcomes, stage_items
 from blobgc.downloads import DownloadPolicy
 from blobgc.image_processing import ImageRejected
 from blobgc.images import (
     CLEANUP_DAG,
+    URL_LOCK_CLASS,
     CrawlItem,
     ImageSettings,
     UnknownImage,
     attach_images,
     crawl,
     delete_unbound_images,
+    hold_unreferenced_images,
     image_keys,
+    lock_stripes,
     md5_hex,
     pre_upload,
 )
@@ -37,7 +44,10 @@ from .photo_server import PhotoServer, jpeg
 
 NOW = datetime.now(timezone.utc)
 SIZES = {"orig": 0, "big": 1280, "medium": 640, "thumb": 160}
-FAST = DownloadPolicy(connect_timeout=2, read_timeout=0.5, max_bytes=1024 * 1024, attempts=3, backoff=0.05)
+LOOPBACK = ["127.0.0.0/8"]  # the photo server's network, opened explicitly
+FAST = DownloadPolicy(connect_timeout=2, read_timeout=0.5, max_bytes=1024 * 1024, attempts=3, backoff=0.05,
+                      allowed_networks=LOOPBACK)
+STRICT = DownloadPolicy(connect_timeout=2, read_timeout=0.5, max_bytes=1024 * 1024, attempts=1)  # no allow-list
 
 
 @pytest.fixture
@@ -58,9 +68,9 @@ def offers(conn):
     return [1, 2, 3, 4, 5]
 
 
-def run_crawl(conn, s3, settings, items, *, cache_days: int = 14):
+def run_crawl(conn, s3, settings, items, *, cache_days: int = 14, policy: DownloadPolicy = FAST):
     with requests.Session() as session:
-        return crawl(conn, s3, session, settings, items, seen_since=NOW - timedelta(days=cache_days), policy=FAST)
+        return crawl(conn, s3, session, settings, items, seen_since=NOW - timedelta(days=cache_days), policy=policy)
 
 
 def image_rows(conn):
@@ -292,6 +302,27 @@ def test_offer_deletion_unbinds_its_photos_and_the_cleanup_removes_them_after_th
     assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
 
 
+def test_offer_deleted_photos_keep_their_grace_from_the_deletion(conn, s3, settings, offers):
+    """Issue 15 #3: ON DELETE SET NULL unbinds a photo attached long ago; its grace starts at the deletion."""
+    image_id = pre_upload(conn, s3, settings, jpeg(44))
+    attach_images(conn, 2, [image_id])
+    age_rows(conn, 30)  # attached a month ago and untouched since
+    with conn.transaction():
+        conn.execute("DELETE FROM app.offer WHERE id = 2")  # the seed's offer deletion: nothing else
+    assert image_rows(conn) == [(image_id, None, 1)]
+    _, same_day = cleanup(conn, settings, grace_days=14, name="same-day")
+    assert (same_day.rows_deleted, same_day.objects_owed) == (0, 0)
+    assert conn.execute("SELECT last_update > now() - interval '1 minute' FROM app.image").fetchone()[0]
+    drain(conn, s3)
+    assert image_rows(conn) == [(image_id, None, 1)]
+    assert object_keys(s3, settings.bucket) == set(image_keys(image_id, SIZES))
+    age_rows(conn, 15)  # the grace has passed since the offer was deleted
+    _, later = cleanup(conn, settings, grace_days=14, name="day-15")
+    assert (later.rows_deleted, later.images_deleted) == (1, 1)
+    drain(conn, s3)
+    assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
+
+
 def test_cleanup_dry_run_reports_and_changes_nothing(conn, s3, settings):
     for i in range(3):
         pre_upload(conn, s3, settings, jpeg(50 + i))
@@ -344,6 +375,122 @@ def test_a_writer_reusing_an_image_id_waits_for_the_drain_and_then_finds_it_gone
     assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
 
 
+# ------------------------------------------------------------------------------------------ deadlocks
+def backend_waits_on_a_lock(watcher, pid: int) -> bool:
+    return watcher.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                           (pid,)).fetchone()[0] is True
+
+
+def test_crawler_deadlock_with_the_drain_guard_is_retried_and_the_item_linked(
+        conn, other_conn, test_dsn, s3, settings, photos, offers):
+    """Issue 15 #15: a real deadlock. The drain guard holds the image id's stripe alone; the crawler (branch 2)
+    holds the URL stripe shared and waits for the image stripe; the guard's side then asks for the URL stripe
+    alone. PostgreSQL fails the crawler (the lower deadlock_timeout), which retries and links the item."""
+    url = photos.url("/photo/90.jpg")
+    image_id = run_crawl(conn, s3, settings, [CrawlItem(0, 1, url, 1)])[0].image_id  # bound to offer 1
+    stage_items(conn, "deadlock", [CrawlRequest(2, (url,))], 50)
+    items = batch_items(conn, "deadlock", 0)
+    crawler = pg_connect(test_dsn)
+    crawler.execute("SET deadlock_timeout = '500ms'")  # the crawler checks first: it is the victim
+    other_conn.execute("SET deadlock_timeout = '30s'")
+    pool = ThreadPoolExecutor(1)
+    try:
+        with pg_connect(test_dsn) as watcher, other_conn.transaction():
+            with hold_unreferenced_images(other_conn, image_keys(image_id, SIZES)) as needed:
+                assert needed == set(image_keys(image_id, SIZES))  # the guard keeps them: the image id has a row
+                crawling = pool.submit(run_crawl, crawler, s3, settings, items)
+                wait_until(lambda: backend_waits_on_a_lock(watcher, crawler.info.backend_pid))
+                # the cycle: returns once PostgreSQL has failed the crawler's transaction (its URL stripe is free)
+                lock_stripes(other_conn, URL_LOCK_CLASS, [md5_hex(url)], exclusive=True)
+        outcomes = crawling.result(60)
+    finally:
+        pool.shutdown(wait=True)
+        crawler.close()
+    assert (outcomes[items[0].item_no].outcome, outcomes[items[0].item_no].image_id) == ("linked", image_id)
+    assert outcomes.retries == 1 and outcome_counts(outcomes) == {"linked": 1, "retries": 1}
+    record_outcomes(conn, "deadlock", outcomes)
+    assert conn.execute("SELECT outcome, image_id FROM blobgc.crawl_item WHERE run_id = 'deadlock'").fetchall() == [
+        ("linked", image_id)]
+    assert image_rows(conn) == [(image_id, 1, 1), (image_id, 2, 1)]
+    assert photos.hits["/photo/90.jpg"] == 1
+
+
+# ------------------------------------------------------------------------------------------ addresses the crawler refuses
+def crawl_one(conn, s3, settings, url: str, policy: DownloadPolicy):
+    return run_crawl(conn, s3, settings, [CrawlItem(0, 1, url, 1)], policy=policy)[0]
+
+
+def assert_refused(conn, s3, settings, outcome, kind: str) -> None:
+    assert outcome.outcome == "failed" and outcome.error.startswith(f"{kind}: "), outcome
+    assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
+
+
+def test_crawler_refuses_private_addresses_without_the_allow_list(conn, s3, settings, photos, offers):
+    port = photos.httpd.server_address[1]
+    for url in (photos.url("/photo/91.jpg"), f"http://localhost:{port}/photo/91.jpg",  # a name for loopback
+                f"http://[::1]:{port}/photo/91.jpg", "http://169.254.169.254/latest/meta-data/",
+                "http://10.0.0.1/photo.jpg", "http://0.0.0.0/photo.jpg", "http://2130706433/photo.jpg"):
+        outcome = crawl_one(conn, s3, settings, url, STRICT)
+        assert_refused(conn, s3, settings, outcome, "refused_address")
+        assert "blobgc_crawler_allowed_networks" in outcome.error
+    assert photos.hits["/photo/91.jpg"] == 0  # refused before connecting
+
+
+def test_crawler_refuses_private_addresses_outside_the_allow_list_that_opens_others(conn, s3, settings, photos, offers):
+    only_10 = DownloadPolicy(attempts=1, allowed_networks=["10.0.0.0/8"])
+    assert_refused(conn, s3, settings, crawl_one(conn, s3, settings, photos.url("/photo/92.jpg"), only_10),
+                   "refused_address")
+    assert photos.hits["/photo/92.jpg"] == 0
+
+
+def test_crawler_allows_private_addresses_in_the_allow_list(conn, s3, settings, photos, offers):
+    port = photos.httpd.server_address[1]
+    first = crawl_one(conn, s3, settings, photos.url("/photo/93.jpg"), FAST)
+    by_name = run_crawl(conn, s3, settings, [CrawlItem(0, 2, f"http://localhost:{port}/photo/94.jpg", 1)],
+                        policy=DownloadPolicy(attempts=1, allowed_networks=["127.0.0.0/8", "::1/128"]))[0]
+    assert (first.outcome, by_name.outcome) == ("new", "new")
+    assert photos.hits["/photo/93.jpg"] == photos.hits["/photo/94.jpg"] == 1
+
+
+def test_crawler_refuses_private_addresses_on_a_redirect_hop(conn, s3, settings, photos, offers):
+    """Redirects are followed one hop at a time, each hop's scheme and addresses checked before connecting."""
+    port = photos.httpd.server_address[1]
+    just_the_server = DownloadPolicy(attempts=1, allowed_networks=["127.0.0.1/32"])
+    refusals = {
+        photos.redirect_url("http://169.254.169.254/latest/meta-data/iam/"): "refused_address",
+        photos.redirect_url(f"http://127.0.0.2:{port}/photo/95.jpg"): "refused_address",  # loopback, not allowed
+        photos.redirect_url(f"http://[::1]:{port}/photo/95.jpg"): "refused_address",
+        photos.redirect_url("file:///etc/passwd"): "refused_scheme",
+        photos.redirect_url("gopher://127.0.0.1:6379/_FLUSHALL"): "refused_scheme",
+        photos.url("/redirect-loop"): "too_many_redirects",
+    }
+    for url, kind in refusals.items():
+        outcome = crawl_one(conn, s3, settings, url, just_the_server)
+        assert_refused(conn, s3, settings, outcome, kind)
+        if kind.startswith("refused"):
+            assert "redirects (hop 1)" in outcome.error, outcome.error
+    assert photos.hits["/redirect-loop"] == 6  # the first request and 5 redirects, then it gives up
+    assert photos.hits["/photo/95.jpg"] == 0
+    followed = crawl_one(conn, s3, settings, photos.redirect_url(photos.url("/photo/96.jpg")), just_the_server)
+    assert followed.outcome == "new" and photos.hits["/photo/96.jpg"] == 1
+
+
+def test_crawler_refuses_schemes_other_than_http_and_https(conn, s3, settings, offers):
+    for url in ("file:///etc/passwd", "ftp://127.0.0.1/photo.jpg", "gopher://127.0.0.1:70/", "data:,hello"):
+        assert_refused(conn, s3, settings, crawl_one(conn, s3, settings, url, FAST), "refused_scheme")
+
+
+def test_crawler_refuses_private_addresses_after_dns_rebinding(conn, s3, settings, photos, offers, monkeypatch):
+    """A name that resolves to a public address for the check and to loopback for the connection is refused
+    at the connected socket's peer address."""
+    monkeypatch.setattr(blobgc.downloads, "resolve_addresses", lambda host, port: ["93.184.216.34"], raising=False)
+    outcome = crawl_one(conn, s3, settings, photos.url("/photo/97.jpg"), STRICT)
+    assert_refused(conn, s3, settings, outcome, "refused_address")
+    assert "connected to 127.0.0.1" in outcome.error
+    assert photos.hits["/photo/97.jpg"] == 0  # the socket was closed before any request was sent
+
+
 # ------------------------------------------------------------------------------------------ the DAGs under Airflow
 def test_airflow_crawler_dag_with_conf_then_pending_requests(conn, s3, bucket, photos, offers):
     env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
@@ -393,3 +540,49 @@ def test_airflow_image_cleanup_dag_removes_stale_unbound_photos(conn, s3, bucket
     row = conn.execute("SELECT rows_deleted, objects_deleted, bytes_reclaimed > 0 FROM blobgc.reclaim_daily "
                        "WHERE dag_id = 'blobgc_image_cleanup' AND NOT dry_run").fetchone()
     assert row == (1, len(SIZES), True)
+
+
+def test_airflow_crawler_refuses_private_addresses_without_the_allow_list(conn, bucket, photos, offers):
+    """The DAG takes the allow-list from Variable blobgc_crawler_allowed_networks; empty, loopback is refused,
+    and so is a pending request's file:// URL; each is recorded with its reason and the run succeeds."""
+    with conn.transaction():
+        conn.execute("INSERT INTO app.crawl_request (offer_id, urls) VALUES (1, %s)",
+                     ([photos.url("/photo/75.jpg"), "file:///etc/passwd"],))
+    result = airflow("dags", "test", "blobgc_crawler", env_extra={
+        "AIRFLOW_VAR_BLOBGC_BUCKET": bucket, "AIRFLOW_VAR_BLOBGC_CRAWLER_ALLOWED_NETWORKS": "[]"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    items = dict(conn.execute("SELECT url, outcome || ' ' || split_part(error, ':', 1) FROM blobgc.crawl_item"))
+    assert items == {photos.url("/photo/75.jpg"): "failed refused_address", "file:///etc/passwd": "failed refused_scheme"}
+    assert photos.hits["/photo/75.jpg"] == 0 and image_rows(conn) == []
+
+
+ODD_SIZES = {"orig": 0, "größe": 640}  # a non-ASCII size name: its files would never parse, so never be deleted
+
+
+def test_image_size_names_that_are_not_ascii_fail_the_cleanup_first_task_and_delete_nothing(
+        conn, s3, bucket, settings):
+    image_id = pre_upload(conn, s3, settings, jpeg(82))
+    age_rows(conn, 20)
+    result = airflow("dags", "test", "blobgc_image_cleanup", env_extra={
+        "AIRFLOW_VAR_BLOBGC_BUCKET": bucket, "AIRFLOW_VAR_BLOBGC_IMAGE_SIZES": json.dumps(ODD_SIZES),
+        "BLOBGC_TASK_RETRIES": "0"})
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "Variable blobgc_image_sizes: size name 'größe' is not allowed" in output, output[-3000:]
+    assert "delete_unbound_images" in output
+    assert image_rows(conn) == [(image_id, None, 0)]
+    assert object_keys(s3, bucket) == set(image_keys(image_id, SIZES))
+    assert conn.execute("SELECT count(*) FROM blobgc.deletion_log").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM blobgc.run WHERE dag_id = 'blobgc_image_cleanup'").fetchone()[0] == 0
+
+
+def test_image_size_names_that_are_not_ascii_fail_the_crawler_before_staging(conn, s3, bucket, photos, offers):
+    conf = {"requests": [{"offer_id": 1, "urls": [photos.url("/photo/76.jpg")]}]}
+    result = airflow("dags", "test", "blobgc_crawler", "-c", json.dumps(conf), env_extra={
+        "AIRFLOW_VAR_BLOBGC_BUCKET": bucket, "AIRFLOW_VAR_BLOBGC_IMAGE_SIZES": json.dumps({"orig": 0, "миниатюра": 160}),
+        "BLOBGC_TASK_RETRIES": "0"})
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "Variable blobgc_image_sizes: size name 'миниатюра' is not allowed" in output, output[-3000:]
+    assert conn.execute("SELECT count(*) FROM blobgc.crawl_item").fetchone()[0] == 0
+    assert photos.hits["/photo/76.jpg"] == 0 and image_rows(conn) == [] and object_keys(s3, bucket) == set()

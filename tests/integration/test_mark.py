@@ -163,3 +163,137 @@ def test_dry_run_page_sweep_removes_nothing(conn, s3, bucket):
     n = remove_stale_page_usages(conn, run, cutoff=datetime.now(timezone.utc) - timedelta(days=30))
     assert n == 1
     assert conn.execute("SELECT count(*) FROM app.page_using_blob").fetchone()[0] == 1
+
+
+# ---------------------------------------------------------------- issue 15: references blobgc must follow exactly
+import contextlib  # noqa: E402
+
+import pytest  # noqa: E402
+
+from blobgc.references import UnfollowableReference  # noqa: E402
+
+
+@contextlib.contextmanager
+def scratch_schema(conn, *statements: str):
+    """A schema of the test's own, with `statements` run in it; dropped (with any index on app.blob) afterwards."""
+    with conn.transaction():
+        conn.execute("DROP SCHEMA IF EXISTS refs_test CASCADE")
+        conn.execute("CREATE SCHEMA refs_test")
+        for statement in statements:
+            conn.execute(statement)
+    try:
+        yield
+    finally:
+        with conn.transaction():
+            conn.execute("DROP SCHEMA refs_test CASCADE")
+            conn.execute("DROP INDEX IF EXISTS app.refs_test_blob_filename, app.refs_test_blob_id_mimetype")
+
+
+def test_null_reference_in_a_nullable_foreign_key_hides_no_unused_blob(conn, s3, bucket):
+    """Finding 1 (NULL reference): a NULL in a nullable referencing column references nothing; the others are marked."""
+    used, loose = make_blobs(conn, s3, bucket, 2)
+    with scratch_schema(conn, "CREATE TABLE refs_test.banner (id int PRIMARY KEY, image text NULL REFERENCES app.blob)",
+                        f"INSERT INTO refs_test.banner VALUES (1, '{used}'), (2, NULL)"):
+        result = mark_unused_blobs(conn, discover_references(conn))
+        after = flags(conn)
+        assert result.became_unused == 1
+        assert after[loose][0] is True and after[used][0] is False
+
+
+def test_null_reference_returned_by_an_extra_query_is_ignored(conn, s3, bucket):
+    """Finding 1 (NULL reference): an extra reference query yielding NULL neither fails the mark nor hides blobs."""
+    kept, loose = make_blobs(conn, s3, bucket, 2)
+    refs = discover_references(conn, extra_sql=[f"SELECT '{kept}'::text UNION ALL SELECT NULL::text"])
+    result = mark_unused_blobs(conn, refs)
+    after = flags(conn)
+    assert result.became_unused == 1
+    assert after[loose][0] is True and after[kept][0] is False
+
+
+def test_foreign_key_to_a_unique_column_other_than_the_primary_key_is_followed(conn, s3, bucket):
+    """Finding 4 (confkey): a key referencing app.blob's unique `filename`, not its id, protects the blob."""
+    covered, loose = make_blobs(conn, s3, bucket, 2)
+    with scratch_schema(conn, "CREATE UNIQUE INDEX refs_test_blob_filename ON app.blob (filename)",
+                        "CREATE TABLE refs_test.by_name (name text REFERENCES app.blob (filename))",
+                        f"INSERT INTO refs_test.by_name VALUES ('{covered}.bin')"):
+        refs = discover_references(conn)
+        mark_unused_blobs(conn, refs)
+        after = flags(conn)
+        assert after[covered][0] is False and after[loose][0] is True
+        (ref,) = [r for r in refs.foreign_keys if r.schema == "refs_test"]
+        assert ref.target_columns == ("filename",)
+
+
+def test_composite_foreign_key_that_includes_the_blob_id_is_followed(conn, s3, bucket):
+    """Finding 4 (composite key): a two-column key (blob id, mimetype) protects the blob it matches, and only it."""
+    covered, other_type, loose = make_blobs(conn, s3, bucket, 3)
+    with scratch_schema(conn, "CREATE UNIQUE INDEX refs_test_blob_id_mimetype ON app.blob (id, mimetype)",
+                        "CREATE TABLE refs_test.typed (blob_id text, mime text, "
+                        "FOREIGN KEY (blob_id, mime) REFERENCES app.blob (id, mimetype))",
+                        f"INSERT INTO refs_test.typed VALUES ('{covered}', 'application/octet-stream'), "
+                        f"('{other_type}', NULL)"):
+        refs = discover_references(conn)
+        mark_unused_blobs(conn, refs)
+        after = flags(conn)
+        # a key with a NULL column (MATCH SIMPLE) references nothing
+        assert after[covered][0] is False and after[other_type][0] is True and after[loose][0] is True
+        (ref,) = [r for r in refs.foreign_keys if r.schema == "refs_test"]
+        assert (ref.columns, ref.target_columns) == (("blob_id", "mime"), ("id", "mimetype"))
+
+
+def test_foreign_key_blobgc_cannot_follow_fails_the_mark_naming_the_constraint(conn, s3, bucket):
+    """Finding 4 (unfollowable): a referencing table this role may not read fails discovery, naming the constraint."""
+    make_blobs(conn, s3, bucket, 1)
+    with scratch_schema(conn, "CREATE TABLE refs_test.secret (blob_id text CONSTRAINT secret_blob_fk "
+                              "REFERENCES app.blob)"):
+        with conn.transaction():
+            conn.execute("DO $$ BEGIN CREATE ROLE blobgc_limited_test; EXCEPTION WHEN duplicate_object THEN NULL; "
+                         "END $$")
+            conn.execute("GRANT USAGE ON SCHEMA app, refs_test TO blobgc_limited_test")
+            conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA app TO blobgc_limited_test")
+        conn.execute("SET ROLE blobgc_limited_test")
+        try:
+            with pytest.raises(UnfollowableReference, match="secret_blob_fk"):
+                discover_references(conn)
+        finally:
+            conn.execute("RESET ROLE")
+            with conn.transaction():
+                conn.execute("REVOKE ALL ON ALL TABLES IN SCHEMA app FROM blobgc_limited_test")
+                conn.execute("REVOKE USAGE ON SCHEMA app, refs_test FROM blobgc_limited_test")
+
+
+@pytest.mark.parametrize("query, problem", [
+    ("SELECT no_such_column FROM app.blob", "fails"),
+    ("SELECT id, filename FROM app.blob", "returns 2 columns"),
+    ("SELECT 42", "returns a column of type integer"),
+    ("WITH gone AS (DELETE FROM app.post RETURNING id) SELECT id FROM gone", "fails"),
+])
+def test_extra_reference_sql_that_is_wrong_fails_before_anything_is_written(conn, s3, bucket, query, problem):
+    """Finding 17 (extra SQL): an extra query that errors, writes, or returns the wrong shape or type fails discovery
+    naming the query; nothing is marked."""
+    ids = make_blobs(conn, s3, bucket, 2)
+    before = flags(conn)
+    with pytest.raises(UnfollowableReference) as refused:
+        discover_references(conn, extra_sql=["SELECT id FROM app.blob", query])
+    assert f"extra reference query [1] {problem}" in str(refused.value)
+    assert query[:40] in str(refused.value)
+    assert flags(conn) == before and set(before) == set(ids)
+
+
+def test_extra_reference_sql_that_is_wrong_fails_the_mark_dag_first(conn, s3, bucket):
+    """Finding 17 (extra SQL): through Airflow, the mark's first task fails naming the query; no page usage is removed
+    and no blob flips."""
+    from .conftest import airflow
+
+    blob = make_blobs(conn, s3, bucket, 1)[0]
+    poll_page_usage(conn, blob, "/stale")
+    with conn.transaction():
+        conn.execute("UPDATE app.page_using_blob SET updated_at = now() - interval '40 days'")
+    before = flags(conn)
+    result = airflow("dags", "test", "blobgc_mark",
+                     env_extra={"AIRFLOW_VAR_BLOBGC_EXTRA_BLOB_REFERENCES": '["SELECT 42"]'})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "extra reference query [0] returns a column of type integer" in output, \
+        output[-3000:]
+    assert flags(conn) == before
+    assert conn.execute("SELECT count(*) FROM app.page_using_blob").fetchone()[0] == 1

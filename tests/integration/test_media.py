@@ -7,19 +7,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
 import requests
 from PIL import Image
 
-from blobgc.clients import s3_client_from_env
+from blobgc.clients import redis_from_env, s3_client_from_env
 from blobgc.media import (
+    DEAD_LETTER_CAP,
     DEAD_LETTERS,
     PROCESSING,
     QUEUE,
+    QUEUED,
     MediaError,
     MediaSettings,
     delete_image,
@@ -35,19 +39,21 @@ from blobgc.media import (
     presign_profile_upload,
     presign_upload,
     rev_month,
+    thumb_key,
     time8,
 )
 from blobgc.media_cleanup import (
     MediaShard,
+    check_min_age,
     check_thumbnails,
     delete_stale_staging,
     staging_shards,
     thumbnail_shards,
 )
 from blobgc.outbox import delete_owed_objects
-from blobgc.runs import RunRef, ensure_run
+from blobgc.runs import RunRef, cutoff, ensure_run
 
-from .conftest import ROOT, airflow
+from .conftest import ROOT, airflow, backdate_object, backdate_objects
 
 USER = "0001000000000002"
 OTHER = "0001000000000003"
@@ -65,6 +71,18 @@ def png(width: int = 300, height: int = 300) -> bytes:
     return buffer.getvalue()
 
 
+def heic(width: int = 900, height: int = 600) -> bytes:
+    """A real HEIC photo, encoded by pillow-heif (libheif with x265)."""
+    import pillow_heif
+
+    buffer = io.BytesIO()
+    pillow_heif.from_pillow(Image.new("RGB", (width, height), (30, 140, 220))).save(buffer, quality=70)
+    return buffer.getvalue()
+
+
+DAY = 24 * 3600
+
+
 @pytest.fixture
 def media(s3, redis):
     """A store of the test's own: buckets `{prefix}images` and `{prefix}profiles`, an empty queue."""
@@ -72,9 +90,9 @@ def media(s3, redis):
                              file_limit_bytes=1_000_000)
     for bucket in (settings.images_bucket, settings.profiles_bucket):
         s3.create_bucket(Bucket=bucket)
-    redis.delete(QUEUE, PROCESSING, DEAD_LETTERS)
+    redis.delete(QUEUE, PROCESSING, DEAD_LETTERS, QUEUED)
     yield settings
-    redis.delete(QUEUE, PROCESSING, DEAD_LETTERS)
+    redis.delete(QUEUE, PROCESSING, DEAD_LETTERS, QUEUED)
     for bucket in (settings.images_bucket, settings.profiles_bucket):
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
@@ -300,28 +318,32 @@ def test_the_queue_survives_a_worker_killed_mid_batch(s3, redis, media, stack):
 
 
 def run_ref(conn, dag_id: str, dry_run: bool = False) -> RunRef:
-    run = RunRef(dag_id, f"test-{uuid.uuid4().hex[:8]}", dry_run)
-    ensure_run(conn, run)
-    return run
+    """A run as a DAG task gets it: recorded, with its reference time (the database's now())."""
+    return ensure_run(conn, RunRef(dag_id, f"test-{uuid.uuid4().hex[:8]}", dry_run))
+
+
+def age_queued_entry(redis, bucket: str, key: str, seconds: float) -> None:
+    """As if the master's job had been queued `seconds` ago (and lost since)."""
+    now, micros = redis.time()
+    redis.hset(QUEUED, f"{bucket}/{key}", f"{now + micros / 1e6 - seconds:.3f}")
 
 
 def test_stale_staging_is_removed_and_fresh_staging_stays(conn, s3, media):
     stale = [uploaded(s3, media, jpeg(), user=u) for u in (USER, OTHER, "a9")]
     s3.put_object(Bucket=media.profiles_bucket, Key=f"profiles-staging/{USER}/avatar/{uuid.uuid4()}.png",
                   Body=png())
-    time.sleep(1.5)  # S3 keeps LastModified to the second
-    between = datetime.now(timezone.utc)
-    time.sleep(1.5)
+    backdate_objects(s3, media.images_bucket, 2 * 3600, "staging/")  # abandoned two hours ago
+    backdate_objects(s3, media.profiles_bucket, 2 * 3600, "profiles-staging/")
     fresh = uploaded(s3, media, jpeg())
     shards = staging_shards(s3, media)
     assert {(s.bucket, s.prefix) for s in shards} == {
         (media.images_bucket, "staging/0"), (media.images_bucket, "staging/a"),
         (media.profiles_bucket, "profiles-staging/0")}
     run = run_ref(conn, "blobgc_media_staging")
-    # the floor (a presigned upload's lifetime) would keep these seconds-old objects: lifted here
-    found = [delete_stale_staging(conn, s3, run, shard, cutoff=between, floor=timedelta(0)) for shard in shards]
-    delete_stale_staging(conn, s3, run, shards[0], cutoff=between, floor=timedelta(0))  # a retry owes its keys once
+    found = [delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60)) for shard in shards]
+    delete_stale_staging(conn, s3, run, shards[0], cutoff=cutoff(run, minutes=60))  # a retry owes its keys once
     assert sum(f["stale"] for f in found) == 4 and sum(f["fresh"] for f in found) == 1
+    assert sum(f["unexpected"] for f in found) == 0
     drained = delete_owed_objects(conn, s3, run)
     assert drained.objects_deleted == 4
     assert keys(s3, media.images_bucket, "staging/") == [fresh]
@@ -331,12 +353,50 @@ def test_stale_staging_is_removed_and_fresh_staging_stays(conn, s3, media):
 
 def test_staging_younger_than_a_presign_lifetime_is_never_deleted(conn, s3, media):
     staged = uploaded(s3, media, jpeg())
+    backdate_object(media.images_bucket, staged, 4 * 60)  # 4 minutes: its presigned POST may still be in use
     run = run_ref(conn, "blobgc_media_staging")
     for shard in staging_shards(s3, media):
-        # even with a cutoff in the future (a misconfigured max age), the floor keeps a live upload
-        assert delete_stale_staging(conn, s3, run, shard, cutoff=datetime.now(timezone.utc) + timedelta(hours=1)
-                                    )["stale"] == 0
+        # even a max age of 0 (the run's own reference time as the cutoff), the floor keeps a live upload
+        assert delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=0))["stale"] == 0
     assert keys(s3, media.images_bucket, "staging/") == [staged]
+
+
+def test_reserved_user_ids_staging_cleaner_deletes_only_the_staging_layout(conn, s3, media):
+    """A user called `staging` (or `profiles-staging`) from before those ids were refused keeps masters
+    under a staging prefix: the cleaner reports them and deletes only keys of the staging layout."""
+    rev = rev_month(202611)
+    theirs_images = [f"staging/masters/{rev}/0123456789abcdef.jpg",
+                     f"staging/thumbs/{rev}/0123456789abcdef_240x240.webp"]
+    theirs_profiles = ["profiles-staging/masters/avatar.jpg", "profiles-staging/thumbs/avatar_64x64.webp"]
+    odd_images = [f"staging/{USER}/not-a-uuid.jpg", f"staging/{USER}/{uuid.uuid4()}.gif",
+                  f"staging/{USER}/{uuid.uuid4()}.jpg/more", f"staging/{USER}/avatar/{uuid.uuid4()}.jpg"]
+    odd_profiles = [f"profiles-staging/{USER}/{uuid.uuid4()}.png", f"profiles-staging/{USER}/Avatar/{uuid.uuid4()}.png"]
+    for key in theirs_images + odd_images:
+        s3.put_object(Bucket=media.images_bucket, Key=key, Body=jpeg())
+    for key in theirs_profiles + odd_profiles:
+        s3.put_object(Bucket=media.profiles_bucket, Key=key, Body=png())
+    abandoned = uploaded(s3, media, jpeg())
+    abandoned_profile = f"profiles-staging/{USER}/avatar/{uuid.uuid4()}.png"
+    s3.put_object(Bucket=media.profiles_bucket, Key=abandoned_profile, Body=png())
+    backdate_objects(s3, media.images_bucket, 2 * DAY)
+    backdate_objects(s3, media.profiles_bucket, 2 * DAY)
+
+    run = run_ref(conn, "blobgc_media_staging")
+    found = [delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60))
+             for shard in staging_shards(s3, media)]
+    assert sum(f["stale"] for f in found) == 2
+    assert sum(f["unexpected"] for f in found) == len(theirs_images + odd_images + theirs_profiles + odd_profiles)
+    assert delete_owed_objects(conn, s3, run).objects_deleted == 2
+    assert sorted(keys(s3, media.images_bucket)) == sorted(theirs_images + odd_images)
+    assert sorted(keys(s3, media.profiles_bucket)) == sorted(theirs_profiles + odd_profiles)
+    assert abandoned not in keys(s3, media.images_bucket)
+    # and no such user can be created any more
+    for reserved in ("staging", "profiles-staging"):
+        with pytest.raises(MediaError, match="reserved") as refused:
+            presign_upload(s3, media, reserved, "me.jpg", 1000)
+        assert refused.value.kind == "reserved_user"
+        with pytest.raises(MediaError, match="reserved"):
+            presign_profile_upload(s3, media, reserved, "avatar", "me.png", 1000)
 
 
 def test_orphan_thumbnails_are_removed_and_missing_ones_queued(conn, s3, redis, media):
@@ -346,21 +406,23 @@ def test_orphan_thumbnails_are_removed_and_missing_ones_queued(conn, s3, redis, 
     drain_thumbnail_queue(redis, s3, media)
     s3.delete_object(Bucket=media.images_bucket, Key=deleted)  # a master deleted without its thumbnails
     lacking = finalize(s3, redis, media, OTHER, uploaded(s3, media, jpeg(), user=OTHER))
-    redis.delete(QUEUE)  # its job was lost
+    redis.delete(QUEUE)  # its job was lost, two days ago
+    age_queued_entry(redis, media.images_bucket, lacking, 2 * DAY)
     s3.put_object(Bucket=media.profiles_bucket, Key=f"{USER}/thumbs/avatar_64x64.webp", Body=b"RIFF")  # no master
-    cutoff = datetime.now(timezone.utc) + timedelta(seconds=5)
+    backdate_objects(s3, media.images_bucket, 2 * DAY)
+    backdate_objects(s3, media.profiles_bucket, 2 * DAY)
 
     shards = thumbnail_shards(s3, media)
     assert {(s.bucket, s.prefix, s.kind) for s in shards} == {(media.images_bucket, "0", "image"),
                                                                (media.profiles_bucket, "0", "icon")}
     dry = run_ref(conn, "blobgc_media_thumbnails", dry_run=True)
-    report = [check_thumbnails(conn, s3, redis, dry, s, media, cutoff=cutoff) for s in shards]
+    report = [check_thumbnails(conn, s3, redis, dry, s, media, cutoff=cutoff(dry, hours=24)) for s in shards]
     assert sum(r["orphans"] for r in report) == 3 and sum(r["missing_queued"] for r in report) == 1
     assert redis.llen(QUEUE) == 0 and len(keys(s3, media.profiles_bucket)) == 1  # a dry run changes nothing
 
     run = run_ref(conn, "blobgc_media_thumbnails")
     for shard in shards:
-        check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff)
+        check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=24))
     assert [json.loads(j)["originalKey"] for j in redis.lrange(QUEUE, 0, -1)] == [lacking]
     assert delete_owed_objects(conn, s3, run).objects_deleted == 3
     assert keys(s3, media.profiles_bucket) == []
@@ -372,10 +434,10 @@ def test_orphan_thumbnails_are_removed_and_missing_ones_queued(conn, s3, redis, 
 def test_an_orphan_icon_whose_master_returns_is_kept(conn, s3, redis, media):
     icon = f"{USER}/thumbs/avatar_64x64.webp"
     s3.put_object(Bucket=media.profiles_bucket, Key=icon, Body=b"RIFF")
+    backdate_object(media.profiles_bucket, icon, 2 * DAY)
     run = run_ref(conn, "blobgc_media_thumbnails")
     shard = MediaShard(media.profiles_bucket, "0", "icon")
-    assert check_thumbnails(conn, s3, redis, run, shard, media,
-                            cutoff=datetime.now(timezone.utc) + timedelta(seconds=5))["orphans"] == 1
+    assert check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=24))["orphans"] == 1
     # the user uploads a new avatar before the deletion runs
     s3.put_object(Bucket=media.profiles_bucket, Key=f"{USER}/masters/avatar.jpg", Body=jpeg())
     assert delete_owed_objects(conn, s3, run).objects_deleted == 0
@@ -388,7 +450,8 @@ def test_airflow_runs_both_media_dags(conn, s3, redis, media):
                   Body=b"RIFF")  # an orphan thumbnail
     env = {"AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX": media.bucket_prefix,
            "AIRFLOW_VAR_BLOBGC_MEDIA_SETTINGS": json.dumps({"file_limit_mb": 1, "monthly_limit_mb": 2})}
-    thumbs = airflow("dags", "test", "blobgc_media_thumbnails", "-c", json.dumps({"min_age_hours": 0}),
+    backdate_objects(s3, media.images_bucket, 2 * DAY)  # the master and the orphan are two days old
+    thumbs = airflow("dags", "test", "blobgc_media_thumbnails", "-c", json.dumps({"min_age_hours": 24}),
                      env_extra=env)
     assert thumbs.returncode == 0, thumbs.stdout[-3000:] + thumbs.stderr[-3000:]
     names = keys(s3, media.images_bucket, f"{USER}/thumbs/")
@@ -404,3 +467,175 @@ def test_airflow_runs_both_media_dags(conn, s3, redis, media):
     runs = conn.execute("SELECT dag_id, objects_deleted FROM blobgc.run WHERE finished_at IS NOT NULL "
                         "ORDER BY started_at").fetchall()
     assert runs == [("blobgc_media_thumbnails", 1), ("blobgc_media_staging", 0)]
+    made = conn.execute("SELECT details->'thumbnails' FROM blobgc.run WHERE dag_id = 'blobgc_media_thumbnails'"
+                        ).fetchone()[0]
+    assert (made["jobs"], made["thumbnails"], made["dead_letters_dropped"]) == (1, 2, 0)  # in the report
+
+
+# ------------------------------------------------------------------------- issue 15: seed 004's findings
+def test_concurrent_profile_finalize_with_two_formats_leaves_exactly_one_master(s3, redis, media):
+    """Two uploads of one slot, a PNG and a JPEG, finalized at the same instant: each used to delete the
+    other's master after moving its own into place, leaving none. Repeated, since a race shows by chance."""
+    bucket = media.profiles_bucket
+    clients = [(s3_client_from_env(), redis_from_env()) for _ in range(2)]  # each caller its own connections
+    for attempt in range(20):
+        staged = []
+        for ext, body in (("png", png()), ("jpg", jpeg())):
+            key = f"profiles-staging/{USER}/avatar/{uuid.uuid4()}.{ext}"
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+            staged.append(key)
+        barrier = threading.Barrier(2)
+
+        def finalize_at_once(caller: int) -> str:
+            s3_of, redis_of = clients[caller]
+            barrier.wait()
+            return finalize_profile(s3_of, redis_of, media, USER, "avatar", staged[caller])
+
+        with ThreadPoolExecutor(2) as pool:
+            returned = list(pool.map(finalize_at_once, range(2)))
+        masters = keys(s3, bucket, f"{USER}/masters/")
+        assert len(masters) == 1, f"attempt {attempt}: {masters} remain of {returned}"
+        assert masters[0] in returned and keys(s3, bucket, "profiles-staging/") == []
+        assert get_profile_image(s3, media, USER, "avatar")[0] == masters[0]
+        s3.delete_object(Bucket=bucket, Key=masters[0])
+
+
+def test_heic_masters_get_thumbnails_not_a_dead_letter(s3, redis, media):
+    photo = heic(900, 600)
+    master = finalize(s3, redis, media, USER, uploaded(s3, media, photo, "IMG_0001.HEIC"))
+    assert master.endswith(".heic")
+    assert s3.head_object(Bucket=media.images_bucket, Key=master)["ContentType"] == "image/heic"
+    result = drain_thumbnail_queue(redis, s3, media)
+    assert (result.jobs, result.thumbnails, result.dead_lettered) == (1, 2, 0)
+    assert redis.llen(DEAD_LETTERS) == 0
+    body = s3.get_object(Bucket=media.images_bucket, Key=thumb_key(master, 640, 640))["Body"].read()
+    big = Image.open(io.BytesIO(body))
+    assert big.format == "WEBP" and big.size == (640, 427)
+
+
+def test_thumbnail_requeue_dedup_queues_a_missing_master_once_per_min_age(conn, s3, redis, media):
+    master = finalize(s3, redis, media, USER, uploaded(s3, media, jpeg()))  # its job waits in the queue
+    backdate_objects(s3, media.images_bucket, 2 * DAY)  # ... for two days: no worker ran
+    shard = MediaShard(media.images_bucket, "0", "image")
+    for _ in range(3):  # runs every few minutes while the job waits: none queues it again
+        run = run_ref(conn, "blobgc_media_thumbnails")
+        report = check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=1))
+        assert redis.llen(QUEUE) == 1
+        assert (report["missing"], report["missing_queued"], report["missing_already_queued"]) == (1, 0, 1)
+    dry = run_ref(conn, "blobgc_media_thumbnails", dry_run=True)
+    report = check_thumbnails(conn, s3, redis, dry, shard, media, cutoff=cutoff(dry, hours=1))
+    assert (report["missing"], report["missing_queued"]) == (1, 0)  # a dry run reports what a real run would do
+
+    redis.delete(QUEUE)  # the job is lost; its entry is older than the min age: the next run queues it, once
+    age_queued_entry(redis, media.images_bucket, master, 3600 + 60)
+    for expected in (1, 0):
+        run = run_ref(conn, "blobgc_media_thumbnails")
+        assert check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=1))["missing_queued"] \
+            == expected
+    assert [json.loads(j)["originalKey"] for j in redis.lrange(QUEUE, 0, -1)] == [master]
+    assert drain_thumbnail_queue(redis, s3, media).thumbnails == 2
+    assert redis.hlen(QUEUED) == 0  # the worker forgot the entry when it finished the job
+    run = run_ref(conn, "blobgc_media_thumbnails")
+    assert check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=1))["missing"] == 0
+
+
+def test_dead_letter_cap_keeps_the_newest_and_counts_what_is_dropped(s3, redis, media):
+    redis.rpush(DEAD_LETTERS, *[json.dumps({"job": f"old-{n}", "error": "poison", "at": "2026-01-01T00:00:00+00:00"})
+                                for n in range(DEAD_LETTER_CAP)])  # full: the head is the newest, old-0
+    redis.lpush(QUEUE, "not json 1", "not json 2")
+    result = drain_thumbnail_queue(redis, s3, media)
+    assert redis.llen(DEAD_LETTERS) == DEAD_LETTER_CAP == 10_000
+    assert (result.dead_lettered, result.dead_letters_dropped) == (2, 2)
+    assert result.counts()["dead_letters_dropped"] == 2  # what the DAG's report records
+    kept = [json.loads(d)["job"] for d in redis.lrange(DEAD_LETTERS, 0, 3)]
+    assert sorted(kept[:2]) == ["not json 1", "not json 2"] and kept[2:] == ["old-0", "old-1"]
+    assert json.loads(redis.lindex(DEAD_LETTERS, -1))["job"] == f"old-{DEAD_LETTER_CAP - 3}"  # the oldest went
+
+    redis.lpush(QUEUE, "not json 3")
+    capped = drain_thumbnail_queue(redis, s3, media, dead_letter_cap=5)  # a lower cap, as an argument
+    assert (capped.dead_lettered, capped.dead_letters_dropped, redis.llen(DEAD_LETTERS)) == (1, DEAD_LETTER_CAP - 4, 5)
+    assert json.loads(redis.lindex(DEAD_LETTERS, 0))["job"] == "not json 3"
+    with pytest.raises(ValueError, match="dead-letter cap"):
+        drain_thumbnail_queue(redis, s3, media, dead_letter_cap=0)
+
+
+def queue_state(redis) -> dict:
+    return {"queue": redis.lrange(QUEUE, 0, -1), "processing": redis.lrange(PROCESSING, 0, -1),
+            "dead": redis.lrange(DEAD_LETTERS, 0, -1), "queued": redis.hgetall(QUEUED)}
+
+
+def bucket_state(s3, bucket: str) -> list[tuple]:
+    return [(o["Key"], o["ETag"], o["Size"], o["LastModified"])
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket) for o in page.get("Contents", [])]
+
+
+def test_thumbnails_dry_run_changes_nothing_but_its_report(conn, s3, redis, media):
+    finalize(s3, redis, media, USER, uploaded(s3, media, jpeg()))  # a queued job
+    lacking = finalize(s3, redis, media, OTHER, uploaded(s3, media, jpeg(), user=OTHER))
+    redis.lrem(QUEUE, 1, json.dumps({"type": "image", "bucket": media.images_bucket, "originalKey": lacking}))
+    age_queued_entry(redis, media.images_bucket, lacking, 2 * DAY)  # its job was lost: a real run would queue it
+    redis.lpush(PROCESSING, json.dumps({"type": "image", "bucket": media.images_bucket, "originalKey": lacking}))
+    redis.lpush(DEAD_LETTERS, json.dumps({"job": "not json", "error": "malformed job", "at": "2026-01-01"}))
+    s3.put_object(Bucket=media.profiles_bucket, Key=f"{USER}/thumbs/avatar_64x64.webp", Body=b"RIFF")  # an orphan
+    backdate_objects(s3, media.images_bucket, 2 * DAY)
+    backdate_objects(s3, media.profiles_bucket, 2 * DAY)
+    before = (queue_state(redis), bucket_state(s3, media.images_bucket), bucket_state(s3, media.profiles_bucket))
+
+    env = {"AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX": media.bucket_prefix,
+           "AIRFLOW_VAR_BLOBGC_MEDIA_SETTINGS": json.dumps({"file_limit_mb": 1, "monthly_limit_mb": 2})}
+    dry = airflow("dags", "test", "blobgc_media_thumbnails", "-c", json.dumps({"dry_run": True}), env_extra=env)
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    assert (queue_state(redis), bucket_state(s3, media.images_bucket), bucket_state(s3, media.profiles_bucket)) \
+        == before
+    details, objects = conn.execute("SELECT details, objects_deleted FROM blobgc.run "
+                                    "WHERE dag_id = 'blobgc_media_thumbnails' AND dry_run").fetchone()
+    assert {k: details["thumbnails"][k] for k in ("queued", "processing", "dead_letters")} == \
+        {"queued": 1, "processing": 1, "dead_letters": 1}
+    assert objects == 1  # the orphan it would delete
+
+
+def test_min_age_floor_is_refused_below_one_hour(conn, s3, redis, media):
+    env = {"AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX": media.bucket_prefix}
+    refused = airflow("dags", "test", "blobgc_media_thumbnails", "-c", json.dumps({"min_age_hours": 0}),
+                      env_extra=env)
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "min_age_hours" in output and "minimum of 1" in output, output[-3000:]
+    assert conn.execute("SELECT count(*) FROM blobgc.run").fetchone()[0] == 0  # refused before any task ran
+
+    for below in (timedelta(0), timedelta(minutes=59)):
+        with pytest.raises(ValueError, match="min_age_hours must be at least 1 hour"):
+            check_min_age(below)
+    check_min_age(timedelta(hours=1))
+    # the collector itself refuses a cutoff less than an hour before the run's reference time
+    icon = f"{USER}/thumbs/avatar_64x64.webp"
+    s3.put_object(Bucket=media.profiles_bucket, Key=icon, Body=b"RIFF")
+    backdate_object(media.profiles_bucket, icon, 40 * 60)
+    run = run_ref(conn, "blobgc_media_thumbnails")
+    with pytest.raises(ValueError, match="min_age_hours must be at least 1 hour"):
+        check_thumbnails(conn, s3, redis, run, MediaShard(media.profiles_bucket, "0", "icon"), media,
+                         cutoff=cutoff(run, minutes=30))
+    assert delete_owed_objects(conn, s3, run).objects_deleted == 0 and keys(s3, media.profiles_bucket) == [icon]
+
+
+def test_concurrent_profile_finalize_lock_is_exclusive_expires_and_is_released_only_by_its_holder(s3, redis, media):
+    from blobgc.media import PROFILE_LOCK, profile_slot_lock
+
+    name = f"{PROFILE_LOCK}:{media.profiles_bucket}/{USER}/avatar"
+    with profile_slot_lock(redis, media.profiles_bucket, USER, "avatar") as still_ours:
+        assert still_ours()
+        with pytest.raises(MediaError) as busy:  # a second finalize of the slot waits, then gives up cleanly
+            with profile_slot_lock(redis, media.profiles_bucket, USER, "avatar", wait=0.2):
+                pass
+        assert busy.value.kind == "busy"
+    assert redis.get(name) is None  # released
+
+    stalled = profile_slot_lock(redis, media.profiles_bucket, USER, "avatar", expires=0.2)
+    stalled_still_ours = stalled.__enter__()
+    time.sleep(0.4)  # this holder stalls past the expiry: another caller takes the slot
+    assert not stalled_still_ours()
+    other = profile_slot_lock(redis, media.profiles_bucket, USER, "avatar", wait=1)
+    others_still_ours = other.__enter__()
+    stalled.__exit__(None, None, None)  # the stalled holder's release must not free the other's lock
+    assert others_still_ours() and redis.get(name) is not None
+    other.__exit__(None, None, None)
+    assert redis.get(name) is None

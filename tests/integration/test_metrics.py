@@ -55,12 +55,13 @@ def test_a_sweep_emits_its_reclaim_metrics_once(conn, s3, bucket):
     rows, objects, n_bytes = conn.execute("SELECT rows_deleted, objects_deleted, bytes_reclaimed FROM blobgc.run "
                                           "WHERE NOT dry_run").fetchone()
     assert (rows, objects) == (3, 6)
-    # the real run's counters, once each (the dry run counts nothing); the owed gauge after both runs
+    # the real run's counters, once each (the dry run counts nothing); the owed and parked gauges after both runs
     assert sorted(line for line in ours if line.endswith("|c")) == sorted([
         f"airflow.blobgc.blobgc_sweep.objects_deleted:{objects}|c",
         f"airflow.blobgc.blobgc_sweep.bytes_reclaimed:{n_bytes}|c",
         f"airflow.blobgc.blobgc_sweep.rows_deleted:{rows}|c"])
-    assert [line for line in ours if line.endswith("|g")] == ["airflow.blobgc.blobgc_sweep.owed:0|g"] * 2
+    assert [line for line in ours if line.endswith("|g")] == ["airflow.blobgc.blobgc_sweep.owed:0|g",
+                                                              "airflow.blobgc.blobgc_sweep.parked:0|g"] * 2
 
 
 def test_a_retried_report_is_not_a_first_finish(conn):

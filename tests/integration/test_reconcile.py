@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,7 +13,7 @@ from blobgc.outbox import delete_owed_objects
 from blobgc.reconcile import Shard, discover_shards, reconcile_shard
 from blobgc.runs import RunRef, ensure_run
 
-from .conftest import airflow, object_keys
+from .conftest import airflow, backdate_objects, object_keys
 
 DAG = "blobgc_reconcile"
 
@@ -40,13 +39,18 @@ def new_run(conn, name: str = "r1", dry_run: bool = False) -> RunRef:
     return run
 
 
-def settle(seconds: float = 2.2) -> None:
-    """Let the objects just written age past the listing margin (S3 lists LastModified to the second)."""
-    time.sleep(seconds)
+def age(s3, bucket: str, hours: float = 48, prefix: str = "") -> None:
+    """Make the objects written so far old the honest way: the local S3 server backdates their LastModified."""
+    backdate_objects(s3, bucket, hours * 3600, prefix)
+
+
+def floor_cutoff(hours: float = 24) -> datetime:
+    """The cut-off of a run now with `min_age_hours` = hours (never in the future)."""
+    return datetime.now(timezone.utc) - timedelta(hours=hours)
 
 
 def reconcile_all(conn, s3, bucket, run, *, cutoff=None, page_size=1000):
-    cutoff = cutoff or datetime.now(timezone.utc) + timedelta(hours=1)  # min_age_hours 0, run in the future
+    cutoff = cutoff or floor_cutoff()
     return [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size)
             for shard in discover_shards(s3, bucket, conn=conn)]
 
@@ -74,7 +78,7 @@ def test_an_orphan_older_than_the_floor_is_deleted(conn, s3, bucket):
     kept, orphan = sha("kept"), sha("orphan")
     contents_rows(conn, kept)
     put(s3, bucket, f"pastes/{kept}", f"pastes/{orphan}")
-    settle()
+    age(s3, bucket)
     run = new_run(conn)
     results = reconcile_all(conn, s3, bucket, run)
     assert sum(r.orphans for r in results) == 1
@@ -85,9 +89,9 @@ def test_an_orphan_older_than_the_floor_is_deleted(conn, s3, bucket):
 
 def test_an_orphan_younger_than_the_floor_is_kept(conn, s3, bucket):
     put(s3, bucket, f"pastes/{sha('young')}")
-    settle()
+    age(s3, bucket, hours=2)  # two hours old: younger than the 24-hour floor
     run = new_run(conn)
-    results = reconcile_all(conn, s3, bucket, run, cutoff=datetime.now(timezone.utc) - timedelta(hours=24))
+    results = reconcile_all(conn, s3, bucket, run, cutoff=floor_cutoff(24))
     assert (sum(r.orphans for r in results), sum(r.too_young for r in results)) == (0, 1)
     assert owed(conn) == set()
 
@@ -96,7 +100,7 @@ def test_an_object_uploaded_after_the_listing_started_is_never_deleted(conn, s3,
     """Two-key pages: the new object lands in a page listed after the upload, and is still kept."""
     old = sorted("f" + sha(f"old{i}")[1:] for i in range(4))
     put(s3, bucket, *(f"pastes/{h}" for h in old))
-    settle()
+    age(s3, bucket)
     late = "f" * 64  # sorts last in its shard
     listing = s3_client_from_env()
     uploaded = {"done": False}
@@ -108,8 +112,7 @@ def test_an_object_uploaded_after_the_listing_started_is_never_deleted(conn, s3,
 
     listing.meta.events.register("after-call.s3.ListObjectsV2", upload_during_listing)
     run = new_run(conn)
-    started = datetime.now(timezone.utc)
-    reconcile_shard(conn, listing, run, Shard("pastes/f", "app.content"), bucket=bucket, cutoff=started,
+    reconcile_shard(conn, listing, run, Shard("pastes/f", "app.content"), bucket=bucket, cutoff=floor_cutoff(1),
                     page_size=2)
     assert f"pastes/{late}" not in owed(conn)  # newer than the listing: never an orphan
     assert owed(conn) == {f"pastes/{h}" for h in old}
@@ -119,7 +122,7 @@ def test_an_object_uploaded_after_the_listing_started_is_never_deleted(conn, s3,
 def test_an_object_whose_row_is_inserted_between_listing_and_checking_is_kept(conn, other_conn, s3, bucket):
     digest = sha("racing row")
     put(s3, bucket, f"pastes/{digest}")
-    settle()
+    age(s3, bucket)
     listing = s3_client_from_env()
 
     def insert_row_after_the_listing(**_):
@@ -128,14 +131,14 @@ def test_an_object_whose_row_is_inserted_between_listing_and_checking_is_kept(co
     listing.meta.events.register("after-call.s3.ListObjectsV2", insert_row_after_the_listing)
     run = new_run(conn)
     result = reconcile_shard(conn, listing, run, Shard(f"pastes/{digest[0]}", "app.content"), bucket=bucket,
-                             cutoff=datetime.now(timezone.utc))
+                             cutoff=floor_cutoff())
     assert result.orphans == 0 and owed(conn) == set()
 
 
 def test_keys_of_no_known_layout_are_reported_and_never_deleted(conn, s3, bucket):
     unknown = {"tmp/leftover.bin", "loose.txt", "images/zz/not-an-image-id/big.jpg", "blobs/a/b/c", "pastes/short"}
     put(s3, bucket, *unknown)
-    settle()
+    age(s3, bucket)
     run = new_run(conn)
     results = reconcile_all(conn, s3, bucket, run)
     assert sum(r.unknown_keys for r in results) == len(unknown)
@@ -152,7 +155,7 @@ def test_a_row_whose_object_is_missing_is_recorded_and_the_row_kept(conn, s3, bu
     put(s3, bucket, f"pastes/{present}", "blobs/blobhere0/raw")
     with conn.transaction():
         conn.execute("INSERT INTO app.blob (id, filename) VALUES ('blobhere0', 'y')")
-    settle()
+    age(s3, bucket)
     run = new_run(conn)
     results = reconcile_all(conn, s3, bucket, run)
     assert findings(conn, "missing_object") >= {f"pastes/{missing}"}
@@ -167,17 +170,17 @@ def test_missing_objects_are_found_across_page_boundaries(conn, s3, bucket):
     contents_rows(conn, *shard_hashes)
     present = shard_hashes[::2]
     put(s3, bucket, *(f"pastes/{h}" for h in present))
-    settle()
+    age(s3, bucket)
     run = new_run(conn)
     reconcile_shard(conn, s3, run, Shard("pastes/b", "app.content"), bucket=bucket,
-                    cutoff=datetime.now(timezone.utc), page_size=1)
+                    cutoff=floor_cutoff(), page_size=1)
     assert findings(conn, "missing_object") == {f"pastes/{h}" for h in shard_hashes if h not in present}
 
 
 def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a_retry_resumes(conn, s3, bucket):
     orphans = sorted(f"pastes/{'a' + sha(f'o{i}')[1:]}" for i in range(6))
     put(s3, bucket, *orphans)
-    settle()
+    age(s3, bucket)
     shard = Shard("pastes/a", "app.content")
     failing = s3_client_from_env()
     calls = {"n": 0}
@@ -189,7 +192,7 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
 
     failing.meta.events.register("before-send.s3.ListObjectsV2", fail_on_the_second_page)
     run = new_run(conn)
-    cutoff = datetime.now(timezone.utc)
+    cutoff = floor_cutoff()
     with pytest.raises(EndpointConnectionError):
         reconcile_shard(conn, failing, run, shard, bucket=bucket, cutoff=cutoff, page_size=2)
     assert owed(conn) == set(orphans[:2])  # the first page only
@@ -212,7 +215,7 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
 def test_dry_run_reports_and_deletes_nothing(conn, s3, bucket):
     contents_rows(conn, sha("row without object"))
     put(s3, bucket, f"pastes/{sha('orphan a')}", f"pastes/{sha('orphan b')}", "tmp/x", body=b"1234567890")
-    settle()
+    age(s3, bucket)
     run = new_run(conn, dry_run=True)
     results = reconcile_all(conn, s3, bucket, run)
     assert (sum(r.orphans for r in results), sum(r.orphan_bytes for r in results)) == (2, 20)
@@ -227,8 +230,8 @@ def test_airflow_reconcile_dag_maps_one_task_per_shard(conn, s3, bucket):
     contents_rows(conn, sha("live"))
     put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", f"images/3f/3f{'0' * 30}/big.jpg",
         "blobs/abc/raw", "tmp/x")
-    settle()
-    result = airflow("dags", "test", DAG, "-c", json.dumps({"min_age_hours": 0}),
+    age(s3, bucket)
+    result = airflow("dags", "test", DAG, "-c", json.dumps({"min_age_hours": 1}),
                      env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_id = conn.execute("SELECT run_id FROM blobgc.run WHERE dag_id = %s", (DAG,)).fetchone()[0]
@@ -241,3 +244,50 @@ def test_airflow_reconcile_dag_maps_one_task_per_shard(conn, s3, bucket):
     assert len(mapped) == len(expected)
     assert {t["state"] for t in mapped} == {"success"}
     assert object_keys(s3, bucket) == {f"pastes/{sha('live')}", "tmp/x"}  # orphans gone, unknown kept
+
+
+def test_min_age_floor_refuses_less_than_an_hour(conn, s3, bucket):
+    """Finding 7: an age floor below 1 hour is refused, by the Param and by the collector itself."""
+    put(s3, bucket, f"pastes/{sha('just uploaded, row on its way')}")
+    run = new_run(conn)
+    run = ensure_run(conn, run)
+    with pytest.raises(ValueError, match="min_age_hours must be at least 1"):
+        reconcile_all(conn, s3, bucket, run, cutoff=run.reference_time - timedelta(minutes=30))
+    assert owed(conn) == set()
+    result = airflow("dags", "test", DAG, "-c", json.dumps({"min_age_hours": 0}),
+                     env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "min_age_hours" in output, output[-3000:]
+    assert len(object_keys(s3, bucket)) == 1
+
+
+def test_drain_time_guard_keeps_a_blob_key_whose_row_arrived_after_the_listing(conn, s3, bucket):
+    """Finding 7: reconcile owes blobs/{id}/raw when no row accounts for it; a row inserted before the drain
+    (an upload whose row came late) keeps the object."""
+    put(s3, bucket, "blobs/lateupload/raw", "blobs/trulygone/raw")
+    age(s3, bucket)
+    run = new_run(conn)
+    reconcile_all(conn, s3, bucket, run)
+    assert owed(conn) == {"blobs/lateupload/raw", "blobs/trulygone/raw"}
+    with conn.transaction():
+        conn.execute("INSERT INTO app.blob (id, filename) VALUES ('lateupload', 'late.bin')")
+    drained = delete_owed_objects(conn, s3, run)
+    assert drained.objects_deleted == 1
+    assert object_keys(s3, bucket) == {"blobs/lateupload/raw"}
+    kept = conn.execute("SELECT key FROM blobgc.deleted_object WHERE kept_at IS NOT NULL").fetchall()
+    assert kept == [("blobs/lateupload/raw",)]
+
+
+def test_drain_time_guard_keeps_a_mail_key_whose_blob_arrived_after_the_listing(conn, s3, bucket):
+    """Finding 7: the same for seed 003's mail/{blob_id}: a gen.blob row written since the listing keeps it."""
+    late, gone = f"{sha('late mail')}-g1", f"{sha('gone mail')}-g1"
+    put(s3, bucket, f"mail/{late}", f"mail/{gone}")
+    age(s3, bucket)
+    run = new_run(conn)
+    reconcile_all(conn, s3, bucket, run)
+    assert owed(conn) == {f"mail/{late}", f"mail/{gone}"}
+    with conn.transaction():
+        conn.execute("INSERT INTO gen.blob (blob_id, generation) VALUES (%s, 1)", (late,))
+    drained = delete_owed_objects(conn, s3, run)
+    assert drained.objects_deleted == 1
+    assert object_keys(s3, bucket) == {f"mail/{late}"}

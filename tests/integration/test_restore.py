@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -23,20 +22,6 @@ from blobgc.sweep import blob_object_keys, sweep_unused_blobs
 from .conftest import airflow, make_blobs, object_keys, set_unused_since
 
 NOW = datetime.now(timezone.utc)
-
-
-@pytest.fixture
-def versioned_bucket(s3):
-    name = f"test-v-{uuid.uuid4().hex[:14]}"
-    s3.create_bucket(Bucket=name)
-    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
-    yield name
-    for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
-        versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
-                    for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
-        if versions:
-            s3.delete_objects(Bucket=name, Delete={"Objects": versions, "Quiet": True})
-    s3.delete_bucket(Bucket=name)
 
 
 def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1) -> tuple[RunRef, list[str], list[str]]:
@@ -161,12 +146,69 @@ def test_objects_deleted_before_versioning_are_reported_not_restored(conn, s3, b
         assert (objects.restored, objects.not_restored) == (0, 4)
         (reason,) = objects.reasons
         assert reason.startswith("no delete marker recorded for this key")
-        rows = restore_rows(conn, restore, plan)  # the rows are in the log all the same
-        assert rows.restored == 2
-        assert {r[0] for r in conn.execute("SELECT id FROM app.blob WHERE id = ANY(%s)", (garbage,))} == set(garbage)
+        rows = restore_rows(conn, restore, plan)  # the rows are in the log, but their objects are gone for good
+        assert (rows.restored, rows.failed) == (0, 2)
+        assert set(rows.reasons) == {"its object is still missing after the restore, so the row was not put back"}
+        assert conn.execute("SELECT count(*) FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchone()[0] == 0
     finally:
         for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
             versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
                         for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
             if versions:
                 s3.delete_objects(Bucket=bucket, Delete={"Objects": versions, "Quiet": True})
+
+
+# ---------------------------------------------------------------- issue 15: a restore that verifies
+def test_stacked_delete_markers_are_all_removed_and_the_object_verified(conn, s3, versioned_bucket):
+    """Finding 8 (stacked delete markers): an at-least-once delete left a second marker over an object; restore
+    removes every marker above its newest version, checks it with HEAD, and only then puts the row back."""
+    run, _, garbage = swept_run(conn, s3, versioned_bucket, "stacked", n=2)
+    raw = blob_object_keys(garbage[0])[0]
+    s3.delete_object(Bucket=versioned_bucket, Key=raw)  # a retried DeleteObjects: a second delete marker
+    markers = [m for m in s3.list_object_versions(Bucket=versioned_bucket, Prefix=raw).get("DeleteMarkers", [])
+               if m["Key"] == raw]
+    assert len(markers) == 2
+    restore = RunRef("blobgc_restore", "restore-stacked", False)
+    plan = plan_restore(conn, s3, run.run_id)
+    objects = restore_objects(conn, s3, restore, plan)
+    assert (objects.restored, objects.failed) == (2, 0)
+    assert s3.get_object(Bucket=versioned_bucket, Key=raw)["Body"].read() == b"r" * 100
+    rows = restore_rows(conn, restore, plan)
+    assert rows.restored == 1
+    assert conn.execute("SELECT count(*) FROM app.blob WHERE id = %s", (garbage[0],)).fetchone()[0] == 1
+
+
+def test_object_that_cannot_come_back_is_reported_failed_and_its_row_not_reinserted(conn, s3, versioned_bucket):
+    """Finding 8: when no version is left under the markers (removed for good meanwhile), the restore says failed,
+    and the row whose object is still missing is not put back."""
+    run, _, garbage = swept_run(conn, s3, versioned_bucket, "lost", n=3)
+    lost_raw = blob_object_keys(garbage[0])[0]
+    versions = s3.list_object_versions(Bucket=versioned_bucket, Prefix=lost_raw)
+    for v in versions.get("Versions", []):
+        if v["Key"] == lost_raw:
+            s3.delete_object(Bucket=versioned_bucket, Key=lost_raw, VersionId=v["VersionId"])  # gone for good
+    restore = RunRef("blobgc_restore", "restore-lost", False)
+    plan = plan_restore(conn, s3, run.run_id)
+    objects = restore_objects(conn, s3, restore, plan)
+    assert (objects.restored, objects.failed) == (3, 1)
+    assert any("no version of this object is left" in reason for reason in objects.reasons)
+    rows = restore_rows(conn, restore, plan)
+    assert (rows.restored, rows.failed) == (1, 1)
+    back = {r[0] for r in conn.execute("SELECT id FROM app.blob WHERE id = ANY(%s)", (garbage,))}
+    assert back == {garbage[1]}
+    recorded = dict(conn.execute("SELECT kind || ' ' || outcome, count(*) FROM blobgc.restore_item GROUP BY 1"))
+    assert recorded == {"object restored": 3, "object failed": 1, "row restored": 1, "row failed": 1}
+
+
+def test_suspended_versioning_is_refused_with_the_reason(conn, s3, versioned_bucket):
+    """Finding 9 (suspended versioning): a bucket whose versioning is Suspended is refused, with why, changing nothing."""
+    run, _, garbage = swept_run(conn, s3, versioned_bucket, "suspended")
+    s3.put_bucket_versioning(Bucket=versioned_bucket, VersioningConfiguration={"Status": "Suspended"})
+    try:
+        with pytest.raises(RestoreRefused, match="versioning is Suspended on bucket") as refused:
+            plan_restore(conn, s3, run.run_id)
+    finally:  # the fixture empties the bucket version by version
+        s3.put_bucket_versioning(Bucket=versioned_bucket, VersioningConfiguration={"Status": "Enabled"})
+    assert "null version" in str(refused.value) and "Nothing was changed" in str(refused.value)
+    assert conn.execute("SELECT count(*) FROM blobgc.restore_item").fetchone()[0] == 0
+    assert not conn.execute("SELECT 1 FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchall()

@@ -184,7 +184,7 @@ def test_crash_between_db_commit_and_s3_leaves_deletions_owed_for_the_next_run(c
     assert drained.objects_deleted == 6 and drained.owed_after == 0
     assert object_keys(s3, bucket) == set()
     report = finish_run(conn, next_run)
-    assert report["objects_deleted"] == 6 and report["bytes_reclaimed"] == 300
+    assert report["objects_deleted"] == 6 and report["bytes_reclaimed"] == 3 * (100 + 10)  # as the store reported them
     audit = conn.execute("SELECT DISTINCT run_id, deleted_by_run_id, owed FROM blobgc.deleted_object").fetchall()
     assert audit == [("crashing", "next", False)]
 
@@ -274,7 +274,7 @@ def test_real_deletions_add_to_reclaim_daily(conn, s3, bucket):
     delete_owed_objects(conn, s3, run)
     row = conn.execute("SELECT runs, rows_deleted, objects_deleted, bytes_reclaimed FROM blobgc.reclaim_daily "
                        "WHERE dag_id = 'blobgc_sweep' AND NOT dry_run AND day = current_date").fetchone()
-    assert row == (1, 5, 10, 5000)
+    assert row == (1, 5, 10, 5 * (1000 + 10))  # raw and thumbnail bytes, as the store reported them
 
 
 def test_two_sweeps_at_once_delete_each_blob_once(conn, test_dsn, s3, bucket):
@@ -351,3 +351,97 @@ def test_local_s3_answers_quiet_delete_objects_with_errors_only(s3, bucket):
     assert [d["Key"] for d in loud["Deleted"]] == ["b"]
     assert object_keys(s3, bucket) == {"locked/c"}
     s3.delete_bucket_policy(Bucket=bucket)
+
+
+# ---------------------------------------------------------------- issue 15: the sweep's own re-check and its figures
+@pytest.mark.parametrize("action", ["CASCADE", "SET NULL"])
+def test_cascade_or_set_null_reference_added_after_discovery_stops_the_delete(conn, s3, bucket, action):
+    """Finding 4 (ON DELETE CASCADE / SET NULL): such a key does not make the DELETE fail, so the deleting statement
+    re-checks every reference itself, and notices a key added since the references were discovered."""
+    referenced, garbage = make_blobs(conn, s3, bucket, 2)
+    set_unused_since(conn, [referenced, garbage], "3 days")  # marked unused before the new table existed
+    refs = discover_references(conn)  # the sweep task found its references ...
+    with conn.transaction():  # ... and then the application added a table that references blobs
+        conn.execute("CREATE SCHEMA IF NOT EXISTS cascade_test")
+        conn.execute("DROP TABLE IF EXISTS cascade_test.gallery")
+        conn.execute(f"CREATE TABLE cascade_test.gallery (id int PRIMARY KEY, blob_id text "
+                     f"REFERENCES app.blob ON DELETE {action})")
+        conn.execute("INSERT INTO cascade_test.gallery VALUES (1, %s)", (referenced,))
+    try:
+        run = new_run(conn, f"cascade-{action}")
+        result = sweep(conn, bucket, run, refs=refs)
+        assert result.rows_deleted == 1
+        assert existing(conn) == {referenced}
+        assert conn.execute("SELECT blob_id FROM cascade_test.gallery").fetchall() == [(referenced,)]
+        assert {k for k, _, _ in owed(conn)} == set(blob_object_keys(garbage))
+    finally:
+        with conn.transaction():
+            conn.execute("DROP SCHEMA cascade_test CASCADE")
+
+
+def test_cascade_reference_known_at_discovery_keeps_its_blob_and_row(conn, s3, bucket):
+    """Finding 4: with the CASCADE key known, the DELETE's own NOT EXISTS keeps the blob and the referencing row."""
+    referenced, garbage = make_blobs(conn, s3, bucket, 2)
+    with conn.transaction():
+        conn.execute("CREATE SCHEMA IF NOT EXISTS cascade_test")
+        conn.execute("DROP TABLE IF EXISTS cascade_test.gallery")
+        conn.execute("CREATE TABLE cascade_test.gallery (id int PRIMARY KEY, blob_id text "
+                     "REFERENCES app.blob ON DELETE CASCADE)")
+    try:
+        set_unused_since(conn, [referenced, garbage], "3 days")
+        refs = discover_references(conn)
+        with conn.transaction():  # referenced after the mark: the sweep's claim must not trust the stale flag
+            conn.execute("INSERT INTO cascade_test.gallery VALUES (1, %s)", (referenced,))
+        run = new_run(conn, "cascade-known")
+        blind_to_the_select = sweep_unused_blobs(conn, run, refs, cutoff=CUTOFF, bucket=bucket)
+        assert blind_to_the_select.rows_deleted == 1
+        assert existing(conn) == {referenced}
+        assert conn.execute("SELECT count(*) FROM cascade_test.gallery").fetchone()[0] == 1
+    finally:
+        with conn.transaction():
+            conn.execute("DROP SCHEMA cascade_test CASCADE")
+
+
+def test_retried_dry_run_counts_once_in_reclaim_daily(conn, s3, bucket):
+    """Finding 12 (dry run counted twice): a retried dry-run sweep of the same range reports its blobs once."""
+    ids = make_blobs(conn, s3, bucket, 4, size=100)
+    set_unused_since(conn, ids, "3 days")
+    run = new_run(conn, "dry-retried", dry_run=True)
+    first = sweep(conn, bucket, run)
+    second = sweep(conn, bucket, run)  # the same task, retried
+    assert first.rows_deleted == second.rows_deleted == 4
+    daily = conn.execute("SELECT runs, rows_deleted, objects_deleted, bytes_reclaimed FROM blobgc.reclaim_daily "
+                         "WHERE dag_id = 'blobgc_sweep' AND dry_run").fetchone()
+    assert daily == (1, 4, 8, 400)
+    logged = conn.execute("SELECT count(*), count(DISTINCT key) FROM blobgc.deleted_object WHERE dry_run").fetchone()
+    assert logged == (8, 8)
+
+
+def test_reclaim_counts_only_objects_that_existed_with_their_real_sizes(conn, s3, bucket):
+    """Finding 13 (reclaim accounting): a blob without a thumbnail counts one object, and the thumbnail of another
+    counts its real bytes; an absent key is settled as absent, not deleted."""
+    with_thumb = make_blobs(conn, s3, bucket, 1, prefix="t", size=300)[0]
+    without_thumb = make_blobs(conn, s3, bucket, 1, prefix="n", size=200, thumbnails=False)[0]
+    set_unused_since(conn, [with_thumb, without_thumb], "3 days")
+    run = new_run(conn, "exact")
+    sweep(conn, bucket, run)
+    drained = delete_owed_objects(conn, s3, run)
+    assert (drained.objects_deleted, drained.absent) == (3, 1)
+    report = finish_run(conn, run)
+    assert (report["objects_deleted"], report["bytes_reclaimed"]) == (3, 300 + 10 + 200)
+    absent = conn.execute("SELECT key FROM blobgc.deleted_object WHERE absent_at IS NOT NULL").fetchall()
+    assert absent == [(blob_object_keys(without_thumb)[1],)]
+    assert object_keys(s3, bucket) == set()
+
+
+def test_reclaim_on_a_versioned_bucket_leaves_no_delete_marker_for_an_absent_key(conn, s3, versioned_bucket):
+    """Finding 13: the key that never existed gets no delete marker (a restore would otherwise 'bring back' nothing)."""
+    blob = make_blobs(conn, s3, versioned_bucket, 1, thumbnails=False)[0]
+    set_unused_since(conn, [blob], "3 days")
+    run = new_run(conn, "versioned-exact")
+    sweep(conn, versioned_bucket, run)
+    drained = delete_owed_objects(conn, s3, run)
+    assert (drained.objects_deleted, drained.absent) == (1, 1)
+    markers = [m["Key"] for page in s3.get_paginator("list_object_versions").paginate(Bucket=versioned_bucket)
+               for m in page.get("DeleteMarkers", [])]
+    assert markers == [blob_object_keys(blob)[0]]

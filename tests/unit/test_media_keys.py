@@ -6,12 +6,27 @@ from datetime import datetime, timezone
 import pytest
 
 from blobgc.media import (
+    PROFILE_STAGING,
+    STAGING,
     MediaError,
+    MediaSettings,
+    check_user,
+    delete_image,
+    delete_profile_image,
     extension_of,
+    finalize,
+    finalize_profile,
+    get_image_bytes,
+    get_profile_image,
+    list_images,
     master_key,
     master_prefix_of_thumb,
+    monthly_quota,
+    presign_profile_upload,
+    presign_upload,
     rev_month,
     sniff,
+    staging_layout,
     thumb_key,
     thumb_prefix,
     time8,
@@ -68,3 +83,50 @@ def test_sniffing_and_extensions():
     for name in ("a.gif", "a", "a.jpg.exe", "svg.svg"):
         with pytest.raises(MediaError):
             extension_of(name)
+
+
+RESERVED_OR_MALFORMED = ["staging", "profiles-staging", "Staging", "PROFILES-STAGING", "", "a/b", "../x", "x" * 65,
+                         "user.name", "user\n", None, 42]
+
+
+@pytest.mark.parametrize("user", RESERVED_OR_MALFORMED)
+def test_reserved_user_ids_and_malformed_ones_are_refused_by_every_function_taking_a_user_id(user):
+    """Refused before any S3 or Redis call (both are None here): `staging` and `profiles-staging` name the
+    staging areas, so such a user's masters would sit where blobgc_media_staging cleans."""
+    settings = MediaSettings()
+    staged = f"staging/{user}/0f8fad5b-d9cb-469f-a165-70867728950e.jpg"
+    profile_staged = f"profiles-staging/{user}/avatar/0f8fad5b-d9cb-469f-a165-70867728950e.jpg"
+    calls = {
+        "check_user": lambda: check_user(user),
+        "presign_upload": lambda: presign_upload(None, settings, user, "me.jpg", 1000),
+        "presign_profile_upload": lambda: presign_profile_upload(None, settings, user, "avatar", "me.jpg", 1000),
+        "finalize": lambda: finalize(None, None, settings, user, staged),
+        "finalize_profile": lambda: finalize_profile(None, None, settings, user, "avatar", profile_staged),
+        "monthly_quota": lambda: monthly_quota(None, settings, user),
+        "list_images": lambda: list_images(None, settings, user),
+        "get_image_bytes": lambda: get_image_bytes(None, settings, user, "masters/797388/0123456789abcdef.jpg"),
+        "delete_image": lambda: delete_image(None, settings, user, "masters/797388/0123456789abcdef.jpg"),
+        "get_profile_image": lambda: get_profile_image(None, settings, user, "avatar"),
+        "delete_profile_image": lambda: delete_profile_image(None, settings, user, "avatar"),
+        "user_key": lambda: user_key(user, "masters/797388/0123456789abcdef.jpg"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(MediaError) as refused:
+            call()
+        assert refused.value.kind in ("bad_key", "reserved_user"), name
+        if isinstance(user, str) and user.lower() in ("staging", "profiles-staging"):
+            assert refused.value.kind == "reserved_user" and "reserved" in str(refused.value), name
+
+
+def test_ordinary_user_ids_are_accepted():
+    for user in (USER, "a9", "A-b_c", "stagingx", "x-staging", "profiles", "s" * 64):
+        assert check_user(user) == user
+
+
+def test_staging_layout_is_exact():
+    assert staging_layout("staging/0") is STAGING and staging_layout("profiles-staging/a") is PROFILE_STAGING
+    assert STAGING.fullmatch(f"staging/{USER}/0f8fad5b-d9cb-469f-a165-70867728950e.jpg")
+    assert not STAGING.fullmatch("staging/masters/797388/0123456789abcdef.jpg")  # a master of a user `staging`
+    assert not PROFILE_STAGING.fullmatch("profiles-staging/masters/avatar.jpg")
+    with pytest.raises(MediaError):
+        staging_layout("masters/")

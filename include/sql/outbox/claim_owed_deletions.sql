@@ -1,7 +1,7 @@
--- Claim owed log rows for deletion with their source and the keys they still owe, skipping rows another worker holds.
-SELECT o.log_id, o.bucket, l.source, coalesce(o.keys, l.keys), coalesce(o.sizes, l.sizes)
+-- Claim owed log rows for deletion with their source, the keys (and logged sizes) they still owe and their failures in a row, skipping rows another worker holds.
+SELECT o.log_id, o.bucket, l.source, coalesce(o.keys, l.keys), coalesce(o.sizes, l.sizes), o.failures
 FROM blobgc.outbox o
 JOIN blobgc.deletion_log l ON l.id = o.log_id
-WHERE o.log_id = ANY(%(log_ids)s::bigint[])
+WHERE o.log_id = ANY(%(log_ids)s::bigint[]) AND o.parked_at IS NULL
 ORDER BY o.log_id
 FOR UPDATE OF o SKIP LOCKED

@@ -1,4 +1,5 @@
--- Delete claimed blobs that are still unused, returning each row's image for the deletion log (blobgc_restore); a reference makes ON DELETE RESTRICT fail the statement.
+-- Delete claimed blobs that are still unused and that no reference of any kind points at (re-checked here, in the
+-- deleting statement, whatever each foreign key's ON DELETE action), returning each row's image for the deletion log.
 DELETE FROM app.blob AS b
-WHERE b.id = ANY(%(ids)b::text[]) AND b.unused
+WHERE b.id = ANY(%(ids)b::text[]) AND b.unused AND {unreferenced}
 RETURNING b.id, b.size_bytes, to_jsonb(b)::text
