@@ -6,11 +6,12 @@ STAMP := $(VENV)/.requirements-installed
 ENV := .blobgc/env
 PYTEST_ARGS ?=
 
-.PHONY: help venv up down status migrate demo test test-unit bench compose-check clean browser
+.PHONY: help venv up down status migrate demo test test-unit layers coverage bench compose-check clean browser
 
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
-	@echo "make test      run the whole test suite against the real local stack"
+	@echo "make test      check the layering (lint-imports), then run the whole test suite against the real local stack"
+	@echo "make coverage  the suite under coverage.py, with a line-coverage report of plugins/"
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
 	@echo "make up EXECUTOR=celery   the same stack on CeleryExecutor with two local workers"
 	@echo "make bench     run the benchmarks under bench/ (figures go in docs/benchmarks.md)"
@@ -37,21 +38,30 @@ status:
 
 # `make up` applies pending migrations; this re-runs the idempotent runner alone.
 migrate: up
-	source $(ENV) && python -m blobgc.migrate
+	source $(ENV) && python -m blobgc.core.migrate
 
 demo: up
-	source $(ENV) && python -m blobgc.demo
+	source $(ENV) && python -m demo_app.demo
 
 # Debian's chromium, for the reclaim page's test in a real headless browser.
 browser:
 	bash scripts/install_chromium.sh
 
-test: up browser
+# The layering contract (.importlinter, README "Layout") first: it takes a second and fails fast.
+test: up browser layers
 	source $(ENV) && python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
+layers: venv
+	PYTHONPATH=plugins $(VENV)/bin/lint-imports --no-cache
+
+# Line coverage of plugins/ over the whole suite (in this process; DAG runs through the CLI are not counted).
+coverage: up browser
+	source $(ENV) && python -m coverage run --source=plugins -m pytest $(PYTEST_ARGS) && \
+	python -m coverage report --skip-empty
+
 test-unit: venv
-	$(VENV)/bin/python -m pytest tests/unit tests/dags $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 bench: up
 	source $(ENV) && python bench/mark_sweep.py && python bench/paste_expiry.py

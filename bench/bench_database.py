@@ -11,8 +11,8 @@ from psycopg.conninfo import make_conninfo
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from blobgc.clients import require_env  # noqa: E402
-from blobgc.migrate import apply_migrations  # noqa: E402
+from blobgc.core.clients import require_env  # noqa: E402
+from blobgc.core.migrate import apply_migrations  # noqa: E402
 
 BENCH_DB = "blobgc_bench"
 

@@ -39,18 +39,18 @@ from pathlib import Path
 from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 from paste_expiry import bulk_put
 
-from blobgc.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.generations import (  # noqa: E402
+from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
+from blobgc.collectors.generations import (
     SCAN_PAGE,
     ReferenceFilter,
     build_reference_filter,
     collect_generation,
     eligible_generations,
-    mail_key,
     open_generation,
 )
-from blobgc.outbox import delete_owed_objects  # noqa: E402
-from blobgc.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.core.keys import mail_key
+from blobgc.core.outbox import delete_owed_objects  # noqa: E402
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 DAG = "blobgc_generations"
 OUTBOX_DRAINS = 2  # as the DAG's delete_owed_objects task

@@ -28,9 +28,10 @@ import requests
 from bench_database import ROOT, fresh_database, timed
 from PIL import Image
 
-from blobgc.clients import pg_connect  # noqa: E402
-from blobgc.image_processing import DEFAULT_SIZES, render_sizes, render_sizes_naively  # noqa: E402
-from blobgc.images import CrawlItem, ImageSettings, crawl, md5_hex  # noqa: E402
+from blobgc.core.clients import pg_connect  # noqa: E402
+from demo_app.image_processing import DEFAULT_SIZES, render_sizes, render_sizes_naively  # noqa: E402
+from blobgc.collectors.crawler import CrawlItem, crawl, md5_hex  # noqa: E402
+from demo_app.images import ImageSettings  # noqa: E402
 
 
 def photo_24mp(orientation: int | None = None) -> bytes:

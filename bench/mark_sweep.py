@@ -25,14 +25,14 @@ from pathlib import Path
 
 from bench_database import ROOT, fresh_database, timed, vacuum
 
-from blobgc.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.key_space import split_key_space  # noqa: E402
-from blobgc.mark import mark_unused_blobs  # noqa: E402
-from blobgc.objects import delete_objects_in_batches  # noqa: E402
-from blobgc.outbox import delete_owed_objects, record_deletions  # noqa: E402
-from blobgc.references import discover_references  # noqa: E402
-from blobgc.runs import RunRef, ensure_run  # noqa: E402
-from blobgc.sweep import sweep_unused_blobs  # noqa: E402
+from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
+from blobgc.core.key_space import split_key_space  # noqa: E402
+from blobgc.collectors.mark import mark_unused_blobs  # noqa: E402
+from blobgc.core.objects import delete_objects_in_batches  # noqa: E402
+from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
+from blobgc.core.references import discover_references  # noqa: E402
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.collectors.sweep import sweep_unused_blobs  # noqa: E402
 
 MARK_WORKERS = 2  # blobgc_mark's default: key ranges marked on two connections at once
 

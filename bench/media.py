@@ -28,17 +28,11 @@ from bench_database import ROOT, timed
 from paste_expiry import bulk_put
 from PIL import Image
 
-from blobgc.clients import redis_from_env, s3_client_from_env  # noqa: E402
-from blobgc.media import (  # noqa: E402
-    PROCESSING,
-    QUEUE,
-    MediaSettings,
-    drain_thumbnail_queue,
-    master_key,
-    month_of,
-    rev_month,
-    thumb_key,
-)
+from blobgc.core.clients import redis_from_env, s3_client_from_env  # noqa: E402
+from blobgc.collectors.media_cleanup import drain_thumbnail_queue
+from blobgc.core.keys import master_key, month_of, rev_month, thumb_key
+from blobgc.core.settings import MediaSettings
+from blobgc.core.thumbnail_jobs import PROCESSING, QUEUE
 
 USER = "0001000000000002"
 
@@ -101,7 +95,7 @@ def bench_thumbnails(settings: MediaSettings, jobs: int, baseline_jobs: int) -> 
 
 def bench_quota(settings: MediaSettings, objects: int, spread_months: int) -> dict:
     """A user with `objects` objects (a master and two thumbnails each) over `spread_months` months."""
-    from blobgc.media import monthly_quota
+    from demo_app.media import monthly_quota
 
     s3 = s3_client_from_env()
     user = f"{USER[:-4]}{uuid.uuid4().hex[:4]}"

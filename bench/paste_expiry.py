@@ -34,21 +34,16 @@ from pathlib import Path
 
 from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 
-from blobgc.cache_purge import purge_owed_cache_keys  # noqa: E402
-from blobgc.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
-from blobgc.outbox import delete_owed_objects  # noqa: E402
-from blobgc.pastes import (  # noqa: E402
-    ExpiryResult,
-    check_ref_counts,
-    content_key,
-    create_paste,
-    expire_pastes,
-    split_expiry_window,
-)
-from blobgc.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.core.cache_purge import purge_owed_cache_keys  # noqa: E402
+from blobgc.core.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
+from blobgc.core.outbox import delete_owed_objects  # noqa: E402
+from blobgc.collectors.paste_expiry import ExpiryResult, check_ref_counts, expire_pastes, split_expiry_window
+from blobgc.core.keys import content_key
+from demo_app.pastes import create_paste
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 REFERENCE_TIME = datetime(2026, 11, 21, tzinfo=timezone.utc)
-OUTBOX_DRAINS = 2  # as the DAG's delete_owed_objects task (blobgc.airflow_adapters.OUTBOX_DRAINS)
+OUTBOX_DRAINS = 2  # as the DAG's delete_owed_objects task (blobgc.dag_kit.steps.OUTBOX_DRAINS)
 SAMPLE_EXPIRES = datetime(2025, 6, 1, tzinfo=timezone.utc)  # before every paste of the main data
 CONTENT_HASH = "encode(sha256(('content ' || {g})::bytea), 'hex')"
 

@@ -33,10 +33,10 @@ from pathlib import Path
 from bench_database import ROOT, fresh_database, timed
 from paste_expiry import bulk_put
 
-from blobgc.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.outbox import delete_owed_objects  # noqa: E402
-from blobgc.reconcile import PAGE, discover_shards, list_pages, reconcile_shard  # noqa: E402
-from blobgc.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
+from blobgc.core.outbox import delete_owed_objects  # noqa: E402
+from blobgc.collectors.reconcile import PAGE, discover_shards, list_pages, reconcile_shard  # noqa: E402
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 SIZES = ("orig", "big", "medium", "thumb")
 

@@ -25,11 +25,11 @@ from mark_sweep import LOAD_APP
 from paste_expiry import bulk_put
 from psycopg import sql
 
-from blobgc import queries  # noqa: E402
-from blobgc.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.outbox import delete_owed_objects, record_deletions  # noqa: E402
-from blobgc.references import discover_references, referenced_ids_query  # noqa: E402
-from blobgc.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.core import queries  # noqa: E402
+from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
+from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
+from blobgc.core.references import discover_references, referenced_ids_query  # noqa: E402
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 # The mark's select before issue 15: `c.id IN (referenced)` is unknown when the referenced ids hold a NULL.
 IN_SUBQUERY_MARKS = """

@@ -1,7 +1,7 @@
 """
 ### blobgc_generations: generation-based collection with a bloom filter (seed 003, Apache James ADR 39)
 
-Mail blobs are deduplicated within a reference generation only (`blobgc.generations.store_blob`);
+Mail blobs are deduplicated within a reference generation only (the application's `demo_app.mail`);
 deleting a reference records a `gen.deletion` row by trigger. Each run:
 
 1. **open_generation** opens the next reference generation; new blobs go there from now on. A
@@ -26,17 +26,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
-from blobgc.airflow_adapters import (
-    DEFAULT_ARGS,
-    S3_POOL,
-    blob_bucket,
-    deleting_params,
-    drain_owed_objects,
-    gc_task,
-    pg_connector,
-)
+from blobgc.collectors import generations
+from blobgc.collectors.generations import CollectResult, OpenedGeneration
+from blobgc.core.outbox import DrainResult
+from blobgc.dag_kit import Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit.variables import blob_bucket
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
 
@@ -44,68 +40,37 @@ COLLECT_WORKERS = 2  # connections walking a generation's candidates side by sid
 @dag(
     dag_id="blobgc_generations",
     schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
     params=deleting_params(
         false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
                                   description="The bloom filter's false-positive rate: the share of unreferenced "
-                                              "blobs a run keeps for a later run. Smaller costs more memory."),
-    ),
+                                              "blobs a run keeps for a later run. Smaller costs more memory.")),
     tags=["blobgc", "seed-003", "generations", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_generations():
-    @task
-    def open_generation() -> dict:
-        from blobgc.generations import open_generation as open_next
+    @gc_step()
+    def open_generation(step: Step) -> OpenedGeneration:
+        return generations.open_generation(step.conn, step.run)
 
-        with gc_task(get_current_context()) as (conn, run):
-            opened = open_next(conn, run)
-        return {"generation": opened.generation, "opened": opened.opened, "collectable": opened.collectable}
+    @gc_step()
+    def plan_collection(step: Step, opened: dict) -> list[int]:
+        return generations.eligible_generations(step.conn, OpenedGeneration.from_xcom(opened))
 
-    @task
-    def plan_collection(opened: dict) -> list[int]:
-        from blobgc.generations import OpenedGeneration, eligible_generations
-
-        with gc_task(get_current_context()) as (conn, _run):
-            return eligible_generations(conn, OpenedGeneration(opened["generation"], opened["opened"]))
-
-    @task(map_index_template="generation {{ task.op_kwargs['generation'] }}")
-    def collect(generation: int, opened: dict) -> dict:
-        from blobgc.generations import collect_generation
-
-        context = get_current_context()
-        params = context["params"]
-        with gc_task(context) as (conn, run):
-            result = collect_generation(conn, run, generation=generation, collectable=opened["collectable"],
-                                        bucket=blob_bucket(), false_positive_rate=params["false_positive_rate"],
-                                        batch_size=params["batch_size"], workers=COLLECT_WORKERS,
-                                        connect=pg_connector())
-        return result.counts()
-
-    # runs when there was nothing to collect too (no mapped task): earlier runs' debts are still owed
-    @task(pool=S3_POOL, trigger_rule=TriggerRule.NONE_FAILED)
-    def delete_owed_objects() -> dict:
-        return drain_owed_objects(get_current_context())
-
-    @task
-    def report(opened: dict, drained: dict) -> dict:
-        from blobgc.generations import summarize
-        from blobgc.airflow_adapters import finish_dag_run
-
-        with gc_task(get_current_context()) as (conn, run):
-            collected = summarize(conn, run)
-            totals = finish_dag_run(conn, run, {"generation": opened, "collected": collected, "objects": drained})
-        return {**totals, "generation": opened["generation"],
-                **{k: v for k, v in collected.items() if k != "generations"}}
+    @gc_step(map_index_template="generation {{ task.op_kwargs['generation'] }}")
+    def collect(step: Step, generation: int, opened: dict) -> CollectResult:
+        return generations.collect_generation(
+            step.conn, step.run, generation=generation, collectable=OpenedGeneration.from_xcom(opened).collectable,
+            bucket=blob_bucket(), false_positive_rate=step.params["false_positive_rate"],
+            batch_size=step.params["batch_size"], workers=COLLECT_WORKERS, connect=step.connect)
 
     opened = open_generation()
     collected = collect.partial(opened=opened).expand(generation=plan_collection(opened))
-    drained = delete_owed_objects()
+    # runs when there was nothing to collect too (no mapped task): earlier runs' debts are still owed
+    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()
     collected >> drained
-    report(opened, drained)
+    report_run(summaries={"collected": generations.summarize}, generation=OpenedGeneration, objects=DrainResult)(
+        generation=opened, objects=drained)
 
 
 blobgc_generations()

@@ -23,73 +23,42 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
-from blobgc.airflow_adapters import (
-    DEFAULT_ARGS,
-    S3_POOL,
-    cutoff,
-    deleting_params,
-    drain_owed_objects,
-    gc_task,
-    media_settings,
-    s3_client,
-)
+from blobgc.collectors import media_cleanup
+from blobgc.collectors.media_cleanup import MediaShard, StagingResult
+from blobgc.core.outbox import DrainResult
+from blobgc.dag_kit import S3_POOL, Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit.variables import media_settings
 
 
 @dag(
     dag_id="blobgc_media_staging",
     schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
     params=deleting_params(
         max_age_minutes=Param(60, type="integer", minimum=7,
                               description="Staging objects older than this are abandoned uploads. Must exceed "
-                                          "the presigned POST's 5 minutes."),
-    ),
+                                          "the presigned POST's 5 minutes.")),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_media_staging():
-    @task
-    def plan_shards() -> list[dict]:
-        from blobgc.media_cleanup import staging_shards
+    @gc_step()
+    def plan_shards(step: Step) -> list[dict]:
+        return [s.to_xcom() for s in media_cleanup.staging_shards(step.s3, media_settings())]
 
-        with gc_task(get_current_context()):
-            return [s.as_xcom() for s in staging_shards(s3_client(), media_settings())]
-
-    @task(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/{{ task.op_kwargs['shard']['prefix'] }}")
-    def delete_stale_staging(shard: dict) -> dict:
-        from datetime import timedelta
-
-        from blobgc.media_cleanup import MediaShard, check_max_age
-        from blobgc.media_cleanup import delete_stale_staging as delete
-
-        context = get_current_context()
-        params = context["params"]
-        check_max_age(timedelta(minutes=params["max_age_minutes"]))
-        with gc_task(context) as (conn, run):
-            return delete(conn, s3_client(), run, MediaShard(**shard),
-                          cutoff=cutoff(run, minutes=params["max_age_minutes"]), batch_size=params["batch_size"])
-
-    # runs when no shard had anything (no mapped task) too: earlier runs' debts are still owed
-    @task(pool=S3_POOL, trigger_rule=TriggerRule.NONE_FAILED)
-    def delete_owed_objects() -> dict:
-        return drain_owed_objects(get_current_context())
-
-    @task
-    def report(drained: dict) -> dict:
-        from blobgc.airflow_adapters import finish_dag_run
-
-        with gc_task(get_current_context()) as (conn, run):
-            return finish_dag_run(conn, run, {"objects": drained})
+    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
+                                              "{{ task.op_kwargs['shard']['prefix'] }}")
+    def delete_stale_staging(step: Step, shard: dict) -> StagingResult:
+        return media_cleanup.delete_stale_staging(step.conn, step.s3, step.run, MediaShard.from_xcom(shard),
+                                                  cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
+                                                  batch_size=step.params["batch_size"])
 
     stale = delete_stale_staging.expand(shard=plan_shards())
-    drained = delete_owed_objects()
+    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()  # also when no shard had a task
     stale >> drained
-    report(drained)
+    report_run(staging=StagingResult, objects=DrainResult)(staging=stale, objects=drained)
 
 
 blobgc_media_staging()

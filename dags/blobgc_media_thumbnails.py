@@ -26,90 +26,54 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag, get_current_context, task
+from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
-from blobgc.airflow_adapters import (
-    DEFAULT_ARGS,
-    S3_POOL,
-    cutoff,
-    deleting_params,
-    drain_owed_objects,
-    gc_task,
-    media_settings,
-    redis_client,
-    s3_client,
-)
+from blobgc.collectors import media_cleanup
+from blobgc.collectors.media_cleanup import MediaShard, ThumbnailCheckResult, ThumbnailResult
+from blobgc.core.outbox import DrainResult
+from blobgc.dag_kit import S3_POOL, Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit.variables import media_settings
+from demo_app.media import render_thumbnails
 
 
 @dag(
     dag_id="blobgc_media_thumbnails",
     schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
     params=deleting_params(
         min_age_hours=Param(24, type="integer", minimum=1,
-                            description="Orphan thumbnails younger than this are kept, and masters younger than "
-                                        "this, or queued less than this long ago, are not queued again (their job "
-                                        "may still be on its way). At least 1."),
+                            description="Orphan thumbnails younger than this are kept, and masters younger than this "
+                                        "are not queued again (their job may still be on its way). At least 1."),
         max_jobs=Param(10000, type="integer", minimum=1,
-                       description="At most this many queued jobs per run; the rest wait for the next run."),
-    ),
+                       description="At most this many queued jobs per run; the rest wait for the next run.")),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_media_thumbnails():
-    @task(pool=S3_POOL)
-    def drain_thumbnail_queue() -> dict:
-        from blobgc.media import drain_thumbnail_queue as drain
-        from blobgc.media import thumbnail_queue_counts
+    @gc_step(pool=S3_POOL)
+    def drain_thumbnail_queue(step: Step) -> ThumbnailResult:
+        return media_cleanup.work_thumbnail_queue(step.redis, step.s3, step.run, media_settings(), render_thumbnails,
+                                                  max_jobs=step.params["max_jobs"])
 
-        params = get_current_context()["params"]
-        if params["dry_run"]:  # a dry run takes no job: it reports the queue as it is
-            return thumbnail_queue_counts(redis_client())
-        return drain(redis_client(), s3_client(), media_settings(), max_jobs=params["max_jobs"]).counts()
+    @gc_step()
+    def plan_shards(step: Step) -> list[dict]:
+        return [s.to_xcom() for s in media_cleanup.thumbnail_shards(step.s3, media_settings())]
 
-    @task
-    def plan_shards() -> list[dict]:
-        from blobgc.media_cleanup import thumbnail_shards
-
-        with gc_task(get_current_context()):
-            return [s.as_xcom() for s in thumbnail_shards(s3_client(), media_settings())]
-
-    @task(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/{{ task.op_kwargs['shard']['prefix'] }}")
-    def check_thumbnails(shard: dict) -> dict:
-        from datetime import timedelta
-
-        from blobgc.media_cleanup import MediaShard, check_min_age
-        from blobgc.media_cleanup import check_thumbnails as check
-
-        context = get_current_context()
-        params = context["params"]
-        check_min_age(timedelta(hours=params["min_age_hours"]))
-        with gc_task(context) as (conn, run):
-            return check(conn, s3_client(), redis_client(), run, MediaShard(**shard), media_settings(),
-                         cutoff=cutoff(run, hours=params["min_age_hours"]), batch_size=params["batch_size"])
-
-    @task(pool=S3_POOL, trigger_rule=TriggerRule.NONE_FAILED)
-    def delete_owed_objects() -> dict:
-        return drain_owed_objects(get_current_context())
-
-    @task
-    def report(made: dict, drained: dict) -> dict:
-        from blobgc.airflow_adapters import finish_dag_run
-
-        with gc_task(get_current_context()) as (conn, run):
-            return finish_dag_run(conn, run, {"thumbnails": made, "objects": drained},
-                                  extra_counters={"dead_letters_dropped": made.get("dead_letters_dropped", 0)})
+    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
+                                              "{{ task.op_kwargs['shard']['prefix'] }}")
+    def check_thumbnails(step: Step, shard: dict) -> ThumbnailCheckResult:
+        return media_cleanup.check_thumbnails(step.conn, step.s3, step.redis, step.run, MediaShard.from_xcom(shard),
+                                              media_settings(), cutoff=step.cutoff(hours=step.params["min_age_hours"]),
+                                              batch_size=step.params["batch_size"])
 
     made = drain_thumbnail_queue()
     shards = plan_shards()
     made >> shards
     checked = check_thumbnails.expand(shard=shards)
-    drained = delete_owed_objects()
+    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()  # also when no shard had a task
     checked >> drained
-    report(made, drained)
+    report_run(extra_counters=("dead_letters_dropped",), thumbnails=ThumbnailResult, objects=DrainResult)(
+        thumbnails=made, objects=drained)
 
 
 blobgc_media_thumbnails()

@@ -22,18 +22,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
-from blobgc.airflow_adapters import DEFAULT_ARGS, S3_POOL, gc_task, s3_client
+from blobgc.collectors import restore
+from blobgc.collectors.restore import RestorePlan, RestoreResult
+from blobgc.dag_kit import S3_POOL, Step, default_args, gc_step, report_run
 
 
 @dag(
     dag_id="blobgc_restore",
     schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
     params={
         "run_id": Param(type="string", minLength=1, description="The run id of the blobgc run to undo."),
         "source_dag_id": Param(None, type=["null", "string"],
@@ -44,62 +43,27 @@ from blobgc.airflow_adapters import DEFAULT_ARGS, S3_POOL, gc_task, s3_client
     doc_md=__doc__,
 )
 def blobgc_restore():
-    @task(pool=S3_POOL)
-    def plan_restore() -> dict:
-        from airflow.sdk.exceptions import AirflowFailException
+    @gc_step(pool=S3_POOL)
+    def plan_restore(step: Step) -> RestorePlan:  # a refusal fails at once: no retry can change the answer
+        return restore.plan_restore(step.conn, step.s3, step.params["run_id"], step.params["source_dag_id"])
 
-        from blobgc.restore import RestoreRefused
-        from blobgc.restore import plan_restore as plan
+    @gc_step()
+    def cancel_owed_deletions(step: Step, plan: dict) -> RestoreResult:
+        return restore.cancel_owed_deletions(step.conn, step.run, RestorePlan.from_xcom(plan))
 
-        context = get_current_context()
-        params = context["params"]
-        with gc_task(context) as (conn, _run):
-            try:
-                return plan(conn, s3_client(), params["run_id"], params["source_dag_id"]).as_xcom()
-            except RestoreRefused as refused:
-                raise AirflowFailException(str(refused)) from refused  # no retry can change the answer
+    @gc_step(pool=S3_POOL)
+    def restore_objects(step: Step, plan: dict) -> RestoreResult:
+        return restore.restore_objects(step.conn, step.s3, step.run, RestorePlan.from_xcom(plan))
 
-    @task
-    def cancel_owed_deletions(plan: dict) -> dict:
-        from blobgc.restore import RestorePlan
-        from blobgc.restore import cancel_owed_deletions as cancel
-
-        with gc_task(get_current_context()) as (conn, run):
-            return cancel(conn, run, RestorePlan(**plan)).as_xcom()
-
-    @task(pool=S3_POOL)
-    def restore_objects(plan: dict) -> dict:
-        from blobgc.restore import RestorePlan
-        from blobgc.restore import restore_objects as restore
-
-        with gc_task(get_current_context()) as (conn, run):
-            return restore(conn, s3_client(), run, RestorePlan(**plan)).as_xcom()
-
-    @task
-    def restore_rows(plan: dict) -> dict:
-        from blobgc.restore import RestorePlan
-        from blobgc.restore import restore_rows as restore
-
-        with gc_task(get_current_context()) as (conn, run):
-            return restore(conn, run, RestorePlan(**plan)).as_xcom()
-
-    @task
-    def report(plan: dict, owed: dict, objects: dict, rows: dict) -> dict:
-        from blobgc.airflow_adapters import finish_dag_run
-        from blobgc.restore import summarize_restore
-
-        with gc_task(get_current_context()) as (conn, run):
-            details = {"source": plan, "owed": owed, "objects": objects, "rows": rows}
-            if not run.dry_run:
-                details["recorded"] = summarize_restore(conn, run.run_id)
-            return finish_dag_run(conn, run, details)
+    @gc_step()
+    def restore_rows(step: Step, plan: dict) -> RestoreResult:
+        return restore.restore_rows(step.conn, step.run, RestorePlan.from_xcom(plan))
 
     planned = plan_restore()
-    owed = cancel_owed_deletions(planned)
-    objects = restore_objects(planned)
-    rows = restore_rows(planned)
+    owed, objects, rows = cancel_owed_deletions(planned), restore_objects(planned), restore_rows(planned)
     owed >> objects >> rows
-    report(planned, owed, objects, rows)
+    report_run(summaries={"recorded": restore.summarize_restore}, source=RestorePlan, owed=RestoreResult,
+               objects=RestoreResult, rows=RestoreResult)(source=planned, owed=owed, objects=objects, rows=rows)
 
 
 blobgc_restore()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from blobgc.reclaim_app import URL_PREFIX, create_app
+from blobgc.reclaim.app import URL_PREFIX, create_app
 
 
 class BlobgcReclaimPlugin(AirflowPlugin):

@@ -372,7 +372,7 @@ def up_celery_workers(penv: dict[str, str]) -> None:
         wenv = dict(penv)
         wenv.update({
             "BLOBGC_WORKER_NAME": f"blobgc-{worker}",
-            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "blobgc.worker_identity.hostname",
+            "AIRFLOW__CORE__HOSTNAME_CALLABLE": "blobgc.dag_kit.worker_identity.hostname",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(WORKER_LOG_PORT + n),
         })
         log(f"starting airflow celery {worker}")
@@ -420,7 +420,7 @@ def up_airflow(env: dict[str, str]) -> None:
 
 # ---------------------------------------------------------------- migrations
 def migrate(env: dict[str, str]) -> None:
-    subprocess.run([str(VENV_BIN / "python"), "-m", "blobgc.migrate"], env=process_env(env), check=True)
+    subprocess.run([str(VENV_BIN / "python"), "-m", "blobgc.core.migrate"], env=process_env(env), check=True)
 
 
 # ---------------------------------------------------------------- commands

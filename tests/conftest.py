@@ -1,1 +1,136 @@
-"""Shared test set-up: the library lives in plugins/ (pytest.ini puts it on sys.path)."""
+"""Shared fixtures: the real local stack (`make up`), with a database and buckets of the tests' own.
+
+The tests never touch the demo's data: they migrate a fresh `blobgc_test` database on the same
+PostgreSQL server and create a bucket per test on the same S3 server. A missing stack fails
+loudly; nothing is skipped. Helpers that are not fixtures live in tests/helpers.py.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from blobgc.core.clients import pg_connect, redis_from_env, s3_client_from_env
+from blobgc.core.migrate import apply_migrations
+from tests.helpers import TEST_DB
+
+# fixtures of the seeds' test kits (tests/support/), shared by the tests of a collector, its DAG and its app
+pytest_plugins = ["tests.support.images", "tests.support.media"]
+
+RESET = """
+TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.content,
+         app.crawl_request, app.image, app.offer,
+         blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file,
+         blobgc.reconcile_checkpoint, blobgc.reconcile_finding, blobgc.generation_opened, blobgc.generation_collection, blobgc.restore_item,
+         blobgc.run_part,
+         gen.deletion, gen.reference, gen.blob, gen.generation, blobgc.run
+         RESTART IDENTITY CASCADE
+"""
+
+
+def pytest_collection_modifyitems(items):
+    """A test that needs the running stack (directly or through a fixture) is an integration test."""
+    for item in items:
+        if "stack" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def stack() -> dict[str, str]:
+    missing = [v for v in ("BLOBGC_PG_DSN", "BLOBGC_S3_ENDPOINT", "BLOBGC_REDIS_URL", "AIRFLOW_HOME")
+               if not os.environ.get(v)]
+    if missing:
+        pytest.fail(f"the local stack's environment is missing ({', '.join(missing)}): run `make test`, "
+                    "or `make up && source .blobgc/env` first")
+    try:
+        with psycopg.connect(os.environ["BLOBGC_PG_DSN"], connect_timeout=5):
+            pass
+        s3_client_from_env().list_buckets()
+        redis_from_env().ping()
+    except Exception as error:  # noqa: BLE001 - any failure here means the stack is down
+        pytest.fail(f"the local stack is not reachable ({error!r}): run `make up`")
+    return dict(os.environ)
+
+
+@pytest.fixture(scope="session")
+def test_dsn(stack) -> str:
+    """A freshly migrated database for the tests; the Airflow connection is pointed at it too."""
+    admin = make_conninfo(stack["BLOBGC_PG_DSN"], dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEST_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEST_DB}"')
+    dsn = make_conninfo(stack["BLOBGC_PG_DSN"], dbname=TEST_DB)
+    with psycopg.connect(dsn) as conn:
+        apply_migrations(conn)
+    parts = conninfo_to_dict(dsn)
+    os.environ["BLOBGC_PG_DSN"] = dsn
+    os.environ["AIRFLOW_CONN_BLOBGC_POSTGRES"] = (
+        f"postgresql://{parts.get('user', 'postgres')}@{parts['host']}:{parts['port']}/{TEST_DB}"
+    )
+    return dsn
+
+
+@pytest.fixture
+def conn(test_dsn):
+    connection = pg_connect(test_dsn)
+    connection.execute(RESET)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def other_conn(test_dsn):
+    """A second, independent connection (another application writer)."""
+    connection = pg_connect(test_dsn)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def s3(stack):
+    return s3_client_from_env()
+
+
+@pytest.fixture
+def bucket(s3):
+    name = f"test-{uuid.uuid4().hex[:16]}"
+    s3.create_bucket(Bucket=name)
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def versioned_bucket(s3):
+    """A bucket of the test's own with versioning enabled (as docker-compose's MinIO buckets are)."""
+    name = f"test-v-{uuid.uuid4().hex[:14]}"
+    s3.create_bucket(Bucket=name)
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    yield name
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+        versions = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                    for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+        if versions:
+            s3.delete_objects(Bucket=name, Delete={"Objects": versions, "Quiet": True})
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def redis(stack):
+    return redis_from_env()
+
+
+@pytest.fixture
+def redis_prefix(redis):
+    """A key prefix of the test's own in the shared Redis (Variable blobgc_paste_redis_prefix in DAG runs)."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    keys = list(redis.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        redis.delete(*keys)

@@ -1,6 +1,7 @@
 """blobgc: garbage collection of user-uploaded media across PostgreSQL, S3 and Redis.
 
-The core functions take a psycopg connection, a boto3 S3 client or a Redis client plus plain
-values, so the DAGs, the tests and the benchmarks call the same code. `blobgc.airflow_adapters`
-is the only module that knows about Airflow.
+Layers, each importing only those below it (README "Layout", checked by `make layers`):
+`blobgc.reclaim` (the reclaim page), `blobgc.dag_kit` (the Airflow layer), `blobgc.collectors` (one
+module per job, plain functions), `blobgc.core` (key layouts, outbox, S3, runs, settings: no
+application, no Airflow). The DAGs in dags/ are wiring over them.
 """

@@ -1,0 +1,331 @@
+"""Seed 001 §5, "cleaning after the cleaning": the bucket against the database, shard by shard, listing first.
+
+Each key source describes itself (`KEY_SOURCES`): its prefix, how a key maps to the row that
+accounts for it, and how it shards. Shards are discovered by walking the bucket, never listed
+from a fixed table, and each is reconciled page by page in constant memory:
+
+1. list one page (up to 1000 keys) after the shard's checkpoint;
+2. ask the database, one query per page, which of the page's keys a row accounts for;
+3. the keys no row accounts for and whose `LastModified` is older than the cutoff are orphans:
+   logged and owed in the outbox (deleted by the drain, under the sources' key guards);
+4. keys that match no known layout are recorded as findings, never deleted;
+5. rows of the page's id range whose objects are not in the listing are recorded as missing
+   objects, never "fixed";
+6. the checkpoint moves past the page in the same transaction, so a retry resumes there.
+
+The age floor applies to the deletion, never to the listing: the cutoff is the earlier of the
+run's reference time minus `min_age_hours` and the moment the shard's listing started, so an
+object uploaded after the listing started can never be an orphan. A row inserted between the
+listing and the check is seen by the check.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+
+from blobgc.core import queries
+from blobgc.core.keys import (
+    BLOB_OBJECTS,
+    IMAGE_FILES,
+    MAIL_BLOBS,
+    PASTE_CONTENTS,
+    KeyLayout,
+    blob_keys,
+    content_key,
+    mail_key,
+)
+from blobgc.core.objects import HIGHEST, leading_shards
+from blobgc.core.outbox import record_deletions
+from blobgc.core.results import TaskResult
+from blobgc.core.runs import RunRef, add_counts
+from blobgc.core.settings import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+PAGE = 1000
+LISTING_MARGIN = timedelta(seconds=2)
+# The least age at which an unaccounted-for object may be judged an orphan: an upload whose row is not written
+# yet, or a multipart upload (dated by its initiation), must never be one.
+MIN_AGE_FLOOR_HOURS = 1
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """A key layout (`blobgc.core.keys`) and the queries that ask its table which keys a row accounts for."""
+
+    layout: KeyLayout
+    existing_query: str  # ids among %(refs)s that have a row
+    rows_query: str  # (id, known keys or NULL) of rows in an id range of a shard
+    required_keys: Callable[[str, list[str] | None], list[str]]  # the keys a row must have
+    shards_query: str  # the shards (after the prefix) that rows fall in
+
+    @property
+    def name(self) -> str:
+        return self.layout.source
+
+    @property
+    def prefix(self) -> str:
+        return self.layout.prefix
+
+    def ref_prefix(self, shard_prefix: str) -> str:
+        """The id prefix of a shard's rows ("images/3f/" -> "3f", "blobs/a" -> "a")."""
+        return shard_prefix[len(self.prefix):].rstrip("/")
+
+
+KEY_SOURCES: tuple[KeySource, ...] = (
+    KeySource(BLOB_OBJECTS, "reconcile/select_existing_blobs", "reconcile/select_blob_rows_in_range",
+              lambda ref, _: [blob_keys(ref)[0]], "reconcile/select_blob_shards"),
+    KeySource(PASTE_CONTENTS, "reconcile/select_existing_contents", "reconcile/select_content_rows_in_range",
+              lambda ref, _: [content_key(ref)], "reconcile/select_content_shards"),
+    KeySource(IMAGE_FILES, "reconcile/select_existing_images", "reconcile/select_image_rows_in_range",
+              lambda ref, known: known or [], "reconcile/select_image_shards"),
+    KeySource(MAIL_BLOBS, "reconcile/select_existing_mail_blobs", "reconcile/select_mail_rows_in_range",
+              lambda ref, _: [mail_key(ref)], "reconcile/select_mail_shards"),
+)
+SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
+
+
+@dataclass(frozen=True)
+class Shard(TaskResult):
+    """A part of the bucket reconciled by one mapped task: a source's shard, or keys of no known source."""
+
+    prefix: str
+    source: str | None  # None: every key here matches no known layout
+
+    @property
+    def name(self) -> str:
+        return self.prefix or "(top level)"
+
+
+
+def discover_shards(
+    s3, bucket: str, prefixes: list[str] | None = None, conn: psycopg.Connection | None = None
+) -> list[Shard]:
+    """Walk the bucket for its shards: one listing call per shard found, never a fixed list.
+
+    Under a source's prefix a shard is the prefix plus `shard_chars` characters of the key; with
+    `conn`, the shards that the source's rows fall in are added (a shard whose objects are all gone
+    still has its missing objects found). Keys outside every source's prefix get one shard per
+    top-level folder (and one for loose keys at the top), reported as unknown. `prefixes` keeps
+    the shards within (or containing) any of them.
+    """
+    shards: list[Shard] = []
+    for source in KEY_SOURCES:
+        found = set(leading_shards(s3, bucket, source.prefix, source.layout.shard_chars))
+        if conn is not None:
+            found |= {source.prefix + r[0] for r in conn.execute(queries.load(source.shards_query)) if r[0]}
+        shards += [Shard(prefix, source.name) for prefix in sorted(found)]
+    known = tuple(s.prefix for s in KEY_SOURCES)
+    top = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Delimiter="/")
+    loose = False
+    for page in top:
+        for folder in page.get("CommonPrefixes") or []:
+            if folder["Prefix"] not in known:
+                shards.append(Shard(folder["Prefix"], None))
+        loose = loose or bool(page.get("Contents"))
+    if loose:
+        shards.append(Shard("", None))
+    if prefixes:
+        shards = [s for s in shards if any(s.prefix.startswith(p) or (p.startswith(s.prefix) and s.prefix)
+                                           for p in prefixes)]
+    return shards
+
+
+@dataclass
+class PageResult:
+    keys: int = 0
+    orphans: list[tuple[str, int]] = field(default_factory=list)
+    young: int = 0
+    unknown: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ShardResult(TaskResult):
+    shard: str
+    pages: int = 0
+    keys_checked: int = 0
+    orphans: int = 0
+    orphan_bytes: int = 0
+    too_young: int = 0
+    unknown_keys: int = 0
+    missing_objects: int = 0
+    resumed_after: str = ""
+
+
+def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
+               ) -> Iterator[tuple[list[dict], bool]]:
+    """The shard's listing, a page at a time, after `start_after`; a listing error propagates.
+
+    The next page is fetched while the caller checks the current one (one page ahead, no more),
+    so the database check overlaps the listing. An error fetching a page surfaces when the caller
+    asks for that page, after every earlier page was checked.
+    """
+    kwargs = {"Bucket": bucket, "Prefix": shard.prefix, "MaxKeys": page_size}
+    if shard.source is None and shard.prefix == "":
+        kwargs["Delimiter"] = "/"  # loose keys at the top only; the folders are shards of their own
+
+    def fetch(after: str) -> dict:
+        return s3.list_objects_v2(StartAfter=after, **kwargs) if after else s3.list_objects_v2(**kwargs)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="list-ahead") as ahead:
+        pending = ahead.submit(fetch, start_after)
+        while True:
+            page = pending.result()
+            contents = page.get("Contents") or []
+            truncated = bool(page.get("IsTruncated")) and bool(contents)
+            if truncated:
+                pending = ahead.submit(fetch, contents[-1]["Key"])
+            yield contents, not truncated
+            if not truncated:
+                return
+
+
+def check_page(
+    conn: psycopg.Connection,
+    source: KeySource | None,
+    shard: Shard,
+    contents: list[dict],
+    cutoff: datetime,
+    pending: tuple[str | None, list[str]],
+    last_page: bool,
+) -> tuple[PageResult, tuple[str | None, list[str]]]:
+    """Classify one page's keys, and find the rows of its id range whose objects the listing lacks.
+
+    The last id of a page may have more keys on the next page, so its check waits (`pending`).
+    """
+    result = PageResult(keys=len(contents))
+    if source is None:
+        result.unknown = [o["Key"] for o in contents]
+        return result, pending
+    refs: dict[str, str] = {}
+    for item in contents:
+        ref = source.layout.identity(item["Key"])
+        if ref is None:
+            result.unknown.append(item["Key"])
+        else:
+            refs[item["Key"]] = ref
+    existing = {r[0] for r in conn.execute(queries.load(source.existing_query),
+                                           {"refs": sorted(set(refs.values()))})} if refs else set()
+    for item in contents:
+        ref = refs.get(item["Key"])
+        if ref is None or ref in existing:
+            continue
+        if item["LastModified"] < cutoff:
+            result.orphans.append((item["Key"], int(item.get("Size") or 0)))
+        else:
+            result.young += 1
+    # the reverse check, over ids [previous page's last id, this page's last id): the last id of a
+    # page may have more keys on the next page, so it is checked with the next page
+    pending_ref, pending_keys = pending
+    listed: dict[str, set[str]] = {}
+    if pending_ref is not None:
+        listed[pending_ref] = set(pending_keys)
+    for key, ref in refs.items():
+        listed.setdefault(ref, set()).add(key)
+    if last_page:
+        hi, next_pending = None, (None, [])
+    elif refs:
+        hi = max(refs.values())
+        next_pending = (hi, sorted(listed[hi]))
+    else:
+        return result, pending
+    ref_prefix = source.ref_prefix(shard.prefix)
+    rows = conn.execute(queries.load(source.rows_query), {
+        "shard_lo": ref_prefix, "shard_hi": ref_prefix[:-1] + chr(ord(ref_prefix[-1]) + 1) if ref_prefix else HIGHEST,
+        "lo": pending_ref, "hi": hi,
+    }).fetchall()
+    for ref, known in rows:
+        for key in source.required_keys(ref, known):
+            if key not in listed.get(ref, ()):
+                result.missing.append(key)
+    return result, next_pending
+
+
+def check_age_floor(run: RunRef, cutoff: datetime) -> None:
+    """Refuse a cut-off less than MIN_AGE_FLOOR_HOURS before the run's reference time (a min_age_hours below 1)."""
+    if run.reference_time is not None and run.reference_time - cutoff < timedelta(hours=MIN_AGE_FLOOR_HOURS):
+        raise ConfigurationError(f"min_age_hours must be at least {MIN_AGE_FLOOR_HOURS}: a younger object may be an upload "
+                         f"whose row is not written yet (got a cut-off of {cutoff.isoformat()}, less than "
+                         f"{MIN_AGE_FLOOR_HOURS} h before the run's reference time {run.reference_time.isoformat()})")
+
+
+def reconcile_shard(
+    conn: psycopg.Connection,
+    s3,
+    run: RunRef,
+    shard: Shard,
+    *,
+    bucket: str,
+    cutoff: datetime,
+    page_size: int = PAGE,
+) -> ShardResult:
+    """Reconcile one shard from its checkpoint to its end (see the module docstring)."""
+    source = SOURCES_BY_NAME.get(shard.source) if shard.source else None
+    check_age_floor(run, cutoff)
+    # never judge an object written after this listing started, whatever the floor (S3 lists
+    # LastModified to the second, hence the margin)
+    cutoff = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)
+    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": shard.prefix}
+                       ).fetchone()
+    result = ShardResult(shard.name)
+    if row and row[3]:
+        log.info("shard %s was already reconciled by this run", shard.name)
+        return result
+    start_after, pending = (row[0], (row[1], list(row[2]))) if row else ("", (None, []))
+    result.resumed_after = start_after
+    if start_after:
+        log.info("shard %s resumes after %s", shard.name, start_after)
+    for contents, last_page in list_pages(s3, bucket, shard, start_after, page_size):
+        page, pending = check_page(conn, source, shard, contents, cutoff, pending, last_page)
+        with conn.transaction():
+            if page.orphans:
+                record_deletions(conn, run, source=source.name, bucket=bucket,
+                                 keys=[k for k, _ in page.orphans], sizes=[s for _, s in page.orphans])
+            if page.unknown:
+                conn.execute(queries.load("reconcile/insert_findings"), {
+                    "run_id": run.run_id, "kind": "unknown_key", "bucket": bucket, "keys": page.unknown,
+                    "source": None})
+            if page.missing:
+                conn.execute(queries.load("reconcile/insert_findings"), {
+                    "run_id": run.run_id, "kind": "missing_object", "bucket": bucket, "keys": page.missing,
+                    "source": source.name if source else None})
+            orphan_bytes = sum(s for _, s in page.orphans)
+            if run.dry_run:
+                add_counts(conn, run, objects=len(page.orphans), bytes_=orphan_bytes)
+            conn.execute(queries.load("reconcile/upsert_checkpoint"), {
+                "run_id": run.run_id, "shard": shard.prefix,
+                "start_after": contents[-1]["Key"] if contents else start_after,
+                "pending_ref": pending[0], "pending_keys": pending[1], "keys": page.keys,
+                "orphans": len(page.orphans), "orphan_bytes": orphan_bytes, "young": page.young,
+                "unknown": len(page.unknown), "missing": len(page.missing), "done": last_page,
+            })
+        if contents:
+            start_after = contents[-1]["Key"]
+        result.pages += 1
+        result.keys_checked += page.keys
+        result.orphans += len(page.orphans)
+        result.orphan_bytes += orphan_bytes
+        result.too_young += page.young
+        result.unknown_keys += len(page.unknown)
+        result.missing_objects += len(page.missing)
+    log.info("shard %s: %d keys in %d pages; %d orphans (%d bytes) %s, %d too young to judge, %d of unknown "
+             "layout, %d rows missing their object", shard.name, result.keys_checked, result.pages, result.orphans,
+             result.orphan_bytes, "would go" if run.dry_run else "owed", result.too_young, result.unknown_keys,
+             result.missing_objects)
+    return result
+
+
+def summarize(conn: psycopg.Connection, run: RunRef) -> dict[str, int]:
+    """The run's shards, pages, keys checked, orphans and findings, from its checkpoints."""
+    row = conn.execute(queries.load("reconcile/summarize_run"), {"run_id": run.run_id}).fetchone()
+    names = ("shards", "shards_done", "pages", "keys_checked", "orphans", "orphan_bytes", "too_young",
+             "unknown_keys", "missing_objects")
+    return {name: int(value) for name, value in zip(names, row, strict=True)}
+
+

@@ -1,0 +1,293 @@
+"""Undo one run's deletions: remove the delete markers its deletions left, put back the rows the log holds.
+
+Only a versioned bucket can be undone: deleting a key there adds a delete marker, whose version id
+the outbox records (`blobgc.deletion_settlement.version_ids`); removing that marker makes the
+previous version current again. On an unversioned bucket the bytes are gone, and `plan_restore`
+refuses before touching anything; so it does on a bucket whose versioning is *Suspended*, where a
+delete removes an object's null version for good.
+
+**A restore verifies.** An at-least-once delete can stack several delete markers over one object,
+so removing the recorded one is not enough: for each object, every delete marker above its newest
+version is removed, and a HEAD then checks that the object is back. One still missing is reported
+as failed, and the row it belongs to is not put back.
+
+Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): seed
+000's `app.blob`, whose sweep logs each deleted row. They return *used* (`unused = false`,
+`updated_at = now()`), so no sweep takes them again before the next mark has looked at their
+references. For every other source the report says, per source, why its rows cannot come back.
+
+Every object, row and cancelled owed deletion is recorded in `blobgc.restore_item`: a retried task
+skips what is already there, so a restore can be re-run safely.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import psycopg
+from botocore.exceptions import ClientError
+
+from blobgc.core import queries
+from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, versioning_status
+from blobgc.core.results import TaskResult
+from blobgc.core.runs import RunRef
+from blobgc.core.settings import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+ROW_SOURCES = {"app.blob"}  # sources whose deleted rows the log holds, and restore puts back
+# Why the rows of each other source cannot be put back, in the words the report uses.
+NOT_RESTORABLE_ROWS = {
+    "app.blob": "app.blob rows deleted before blobgc logged row images (migration 0007) are not in the log; "
+                "the objects are restored",
+    "app.content": "app.content rows: the expired app.paste rows that referenced them are not in the log, and a "
+                   "content row without its pastes would be expired again; the objects are restored",
+    "app.image": "app.image rows: image rows are not kept in the log (their offer binding and hashes are gone); "
+                 "the image files are restored",
+    "gen.blob": "gen.blob rows: the references whose deletion made the blob collectable are not in the log, so a "
+                "restored row would be collected again; the mail objects are restored",
+    "media.staging": "no rows: seed 004's store has no database; the staging objects are restored",
+    "media.thumbnails": "no rows: seed 004's store has no database; the thumbnails are restored",
+}
+RECONCILE_DAG = "blobgc_reconcile"
+
+
+class RestoreRefused(ConfigurationError):
+    """The restore cannot be done (unknown run, a dry run, an unversioned bucket); nothing was changed."""
+
+
+@dataclass
+class RestorePlan(TaskResult):
+    source_dag_id: str
+    source_run_id: str
+    buckets: list[str]
+    objects_deleted: int
+    objects_owed: int
+    rows_logged: int
+
+
+
+@dataclass
+class RestoreResult(TaskResult):
+    restored: int = 0
+    already_restored: int = 0
+    cancelled: int = 0
+    not_restored: int = 0
+    failed: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def note(self, outcome: str, reason: str | None = None) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        if reason:
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+
+
+def find_source_run(conn: psycopg.Connection, run_id: str, dag_id: str | None) -> tuple[str, str]:
+    """The (dag_id, run_id) of the real run to undo; refuses an unknown, ambiguous or dry run."""
+    rows = conn.execute(queries.load("restore/select_source_runs"), {"run_id": run_id, "dag_id": dag_id}).fetchall()
+    real = [(d, r) for d, r, dry in rows if not dry]
+    if not rows:
+        raise RestoreRefused(f"no blobgc run has run_id {run_id!r}" + (f" in DAG {dag_id!r}" if dag_id else ""))
+    if not real:
+        raise RestoreRefused(f"run {run_id!r} was a dry run: it deleted nothing, so there is nothing to restore")
+    if len(real) > 1:
+        raise RestoreRefused(f"run_id {run_id!r} names runs of several DAGs ({', '.join(d for d, _ in real)}): "
+                             "set the source_dag_id Param")
+    return real[0]
+
+
+def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None) -> RestorePlan:
+    """Check that the run can be undone (every bucket it deleted from is versioned) and size the work."""
+    source_dag, source_run = find_source_run(conn, run_id, dag_id)
+    row = conn.execute(queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run}
+                       ).fetchone()
+    buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
+    unversioned, suspended = [], []
+    for bucket in buckets:
+        try:
+            status = versioning_status(s3, bucket)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code == "NoSuchBucket":
+                raise RestoreRefused(f"bucket {bucket!r}, which run {source_run!r} deleted from, does not exist") \
+                    from error
+            raise
+        if status == "Suspended":
+            suspended.append(bucket)
+        elif status != "Enabled":
+            unversioned.append(bucket)
+    if suspended:
+        raise RestoreRefused(
+            f"blobgc_restore refuses: versioning is Suspended on bucket{'s' if len(suspended) > 1 else ''} "
+            f"{', '.join(map(repr, suspended))}. A delete there removes an object's null version (anything written "
+            "while versioning was suspended) for good, and leaves a null delete marker that cannot tell which "
+            "objects had an older version to come back to, so the restore could not say what it brought back. "
+            "Nothing was changed. Re-enable versioning (aws s3api put-bucket-versioning --bucket NAME "
+            "--versioning-configuration Status=Enabled) to make later runs undoable.")
+    if unversioned:
+        raise RestoreRefused(
+            f"blobgc_restore refuses: bucket{'s' if len(unversioned) > 1 else ''} {', '.join(map(repr, unversioned))} "
+            f"{'are' if len(unversioned) > 1 else 'is'} not versioned, so the objects {source_dag} run {source_run!r} "
+            "deleted there are gone for good and no delete marker can be removed. Nothing was changed. To make "
+            "later runs undoable, enable versioning first (aws s3api put-bucket-versioning --bucket NAME "
+            "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule.")
+    return RestorePlan(source_dag, source_run, buckets, deleted, owed, rows_logged)
+
+
+def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
+    """Take the run's still-owed deletions out of the outbox: those objects were never deleted and now stay."""
+    result = RestoreResult()
+    if run.dry_run:
+        result.cancelled = plan.objects_owed
+        return result
+    with conn.transaction():
+        cancelled = conn.execute(queries.load("restore/cancel_owed_deletions"), {
+            "restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}).fetchall()
+    result.cancelled = len(cancelled)
+    log.info("cancelled %d owed deletions of %s", result.cancelled, plan.source_run_id)
+    return result
+
+
+def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
+                    ) -> RestoreResult:
+    """Bring back every object the run deleted, and check with HEAD that each one is back.
+
+    For each object: list its versions, remove every delete marker above its newest version (the
+    recorded one, and any an at-least-once delete stacked over it), 1000 per DeleteObjects call,
+    then HEAD it. An object that is still missing is recorded as failed, with the reason.
+    """
+    result = RestoreResult()
+    pending = conn.execute(queries.load("restore/select_deleted_objects"), {
+        "restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}).fetchall()
+    by_bucket: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
+    for bucket, key, version_id in pending:
+        by_bucket[bucket].append((key, version_id))
+    for bucket, items in by_bucket.items():
+        no_marker = [key for key, version in items if not version]
+        marked = [key for key, version in items if version]
+        reason = ("no delete marker recorded for this key: it was deleted before blobgc recorded version ids, "
+                  "or while the bucket was not versioned")
+        for _ in no_marker:
+            result.note("not_restored", reason)
+        if not run.dry_run and no_marker:
+            record_items(conn, run, plan, "object", bucket, [(k, None, "not_restored", reason) for k in no_marker])
+        if run.dry_run:
+            result.restored += len(marked)
+            continue
+        recorded = dict(items)
+        for chunk in chunked(marked, MAX_KEYS_PER_CALL):
+            outcomes = undo_deletions(s3, bucket, chunk, recorded, concurrency=concurrency)
+            record_items(conn, run, plan, "object", bucket, outcomes)
+            for _, _, outcome, detail in outcomes:
+                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+        log.info("restored %d objects in %s; %d failed (still missing after the undo), %d without a recorded delete "
+                 "marker", result.restored, bucket, result.failed, len(no_marker))
+    if run.dry_run:
+        log.info("would restore %d objects", result.restored)
+    return result
+
+
+def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], bool]:
+    """(the delete markers above `key`'s newest version, whether any version of it exists)."""
+    entries: list[tuple[object, bool, str]] = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
+        entries += [(v["LastModified"], False, v["VersionId"]) for v in page.get("Versions", []) if v["Key"] == key]
+        entries += [(m["LastModified"], True, m["VersionId"]) for m in page.get("DeleteMarkers", [])
+                    if m["Key"] == key]
+    # newest first; S3 lists a key's versions newest first, and a marker written in the same second as the
+    # version it hides comes after it in time
+    entries.sort(key=lambda e: (e[0], e[1]), reverse=True)
+    markers: list[str] = []
+    for _, is_marker, version in entries:
+        if not is_marker:
+            return markers, True
+        markers.append(version)
+    return markers, False
+
+
+def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
+                   ) -> list[tuple[str, str | None, str, str | None]]:
+    """Remove the delete markers over `keys` and HEAD each: (key, recorded marker, outcome, detail) per key."""
+
+    def inspect(key: str) -> tuple[str, list[str], bool]:
+        markers, has_version = markers_above_newest_version(s3, bucket, key)
+        return key, markers, has_version
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
+        found = list(pool.map(inspect, keys))
+    removals = [(key, marker) for key, markers, has_version in found if has_version for marker in markers]
+    errors: dict[str, str] = {}
+    for chunk in chunked(removals, MAX_KEYS_PER_CALL):
+        response = s3.delete_objects(Bucket=bucket, Delete={
+            "Objects": [{"Key": k, "VersionId": v} for k, v in chunk], "Quiet": True})
+        for e in response.get("Errors", []):
+            if e.get("Code") != "NoSuchVersion":
+                errors[e.get("Key", "")] = f"{e.get('Code')}: {e.get('Message', '')}".strip()
+
+    def verify(item: tuple[str, list[str], bool]) -> tuple[str, str | None, str, str | None]:
+        key, markers, has_version = item
+        if not has_version:
+            return key, recorded.get(key), "failed", "no version of this object is left to restore"
+        if key in errors:
+            return key, recorded.get(key), "failed", f"could not remove its delete markers: {errors[key]}"
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as error:
+            return key, recorded.get(key), "failed", (f"still missing after removing {len(markers)} delete "
+                                                      f"marker(s): HEAD answered {error_code(error)}")
+        if not markers:
+            return key, recorded.get(key), "already_restored", "no delete marker was left over it"
+        return key, recorded.get(key), "restored", None
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(found)))) as pool:
+        return list(pool.map(verify, found))
+
+
+def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
+    """Put back the rows the run's log holds (app.blob), and record why every other source's rows cannot come back."""
+    result = RestoreResult()
+    params = {"restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}
+    if run.dry_run:
+        result.restored = conn.execute(queries.load("restore/count_logged_blob_rows"), params).fetchone()[0]
+    else:
+        with conn.transaction():
+            for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), params).fetchall():
+                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+    for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
+        if plan.source_dag_id == RECONCILE_DAG:
+            reason = f"{source}: no rows to restore: reconcile deletes only orphan objects, which no row accounted for"
+        else:
+            reason = NOT_RESTORABLE_ROWS.get(source, f"{source}: this source's rows are not in the log")
+        result.note("not_restored", f"{reason} ({objects} objects in {log_rows} log rows)")
+        if not run.dry_run:
+            record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
+    log.info("%s %d rows; not restorable: %s", "would restore" if run.dry_run else "restored", result.restored,
+             result.reasons or "none")
+    return result
+
+
+def record_items(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, kind: str, bucket: str,
+                 outcomes: list[tuple[str, str | None, str, str | None]]) -> None:
+    with conn.transaction():
+        conn.cursor().executemany(queries.load("restore/insert_restore_item"), [
+            {"restore_run_id": run.run_id, "source_dag_id": plan.source_dag_id, "source_run_id": plan.source_run_id,
+             "kind": kind, "bucket": bucket, "item": item, "version_id": version, "outcome": outcome,
+             "detail": detail}
+            for item, version, outcome, detail in outcomes])
+
+
+def summarize_restore(conn: psycopg.Connection, run: RunRef) -> dict:
+    """Per kind and outcome, how many items this restore dealt with, and each distinct reason (a dry run: none)."""
+    if run.dry_run:
+        return {}
+    summary: dict[str, dict[str, int]] = defaultdict(dict)
+    reasons: dict[str, int] = {}
+    for kind, outcome, detail, n in conn.execute(queries.load("restore/summarize_restore"),
+                                                 {"restore_run_id": run.run_id}):
+        summary[kind][outcome] = summary[kind].get(outcome, 0) + n
+        if outcome == "not_restored" and detail:
+            reasons[detail] = reasons.get(detail, 0) + n
+    return {"items": dict(summary), "not_restored_because": reasons}

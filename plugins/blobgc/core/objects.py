@@ -1,0 +1,287 @@
+"""S3 object operations: DeleteObjects in batches with per-key errors and backoff, existence and sizes,
+listings and their shards, versioning."""
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+log = logging.getLogger(__name__)
+
+MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
+# Error codes worth another try: throttling and server-side failures.
+RETRYABLE_CODES = frozenset(
+    {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling", "ThrottlingException",
+     "RequestLimitExceeded", "OperationAborted"}
+)
+# A key that is already gone is what we wanted: it counts as deleted.
+ALREADY_GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion"})
+HIGHEST = "\U0010ffff"  # sorts after every character of a real key
+LIST_PAGE = 1000
+PROBE_PAGE = 100  # the first listing page of a run of keys: enough to tell dense keys from sparse ones
+# Keys are sparse when fewer than 1 in SPARSE_RATIO listed keys is wanted: a listing page costs about what 3 to 8
+# HEADs do (S3: ~150 ms a page of 1000 against ~15 ms a HEAD, 32 at a time; the local server: 350 ms against 2.6 ms).
+SPARSE_RATIO = 5
+
+
+@dataclass
+class DeleteOutcome:
+    """Which keys S3 confirmed deleted (or already absent), and which failed, with their last error.
+
+    On a versioned bucket, `markers` holds the version id of the delete marker each deleted key got.
+    """
+
+    deleted: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+    markers: dict[str, str] = field(default_factory=dict)
+    permanent: set[str] = field(default_factory=set)  # failed keys whose error no retry can fix (AccessDenied)
+
+
+def chunked(items: Sequence[str] | Iterable[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def is_retryable(error: ClientError) -> bool:
+    code = error.response.get("Error", {}).get("Code", "")
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return code in RETRYABLE_CODES or status >= 500
+
+
+def is_transient(error: BaseException) -> bool:
+    """An S3 failure that a later attempt may not meet: throttling, 5xx, a connection or timeout error.
+
+    Anything else (NoSuchBucket, AccessDenied, an invalid request) comes back until someone changes
+    the bucket or its policy.
+    """
+    if isinstance(error, ClientError):
+        return is_retryable(error)
+    return isinstance(error, (BotoCoreError, OSError))
+
+
+def error_code(error: BaseException) -> str:
+    if isinstance(error, ClientError):
+        return error.response.get("Error", {}).get("Code", "") or type(error).__name__
+    return type(error).__name__
+
+
+def backoff_delay(attempt: int, base_delay: float, max_delay: float = 20.0) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(max_delay, base_delay * (2**attempt)))
+
+
+def versioning_status(client, bucket: str) -> str:
+    """The bucket's versioning: "Enabled", "Suspended", or "" when it was never enabled."""
+    return client.get_bucket_versioning(Bucket=bucket).get("Status") or ""
+
+
+def bucket_is_versioned(client, bucket: str) -> bool:
+    """Whether deleting from `bucket` leaves a delete marker: versioning Enabled, or Suspended with old versions."""
+    return versioning_status(client, bucket) in ("Enabled", "Suspended")
+
+
+def check_batch_size(batch_size: int) -> None:
+    """Refuse a batch size S3 would refuse: DeleteObjects takes 1 to 1000 keys."""
+    if not 1 <= batch_size <= MAX_KEYS_PER_CALL:
+        raise ValueError(f"batch_size must be between 1 and {MAX_KEYS_PER_CALL}, got {batch_size}")
+
+
+def delete_objects_in_batches(
+    client,
+    bucket: str,
+    keys: Iterable[str],
+    *,
+    batch_size: int = MAX_KEYS_PER_CALL,
+    concurrency: int = 1,
+    max_attempts: int = 5,
+    base_delay: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+    versioned: bool = False,
+) -> DeleteOutcome:
+    """Delete `keys` with one DeleteObjects call per up to 1000 keys, `concurrency` calls at a time.
+
+    Quiet mode (errors only) unless `versioned`: then S3 lists each deleted key with the version id
+    of its delete marker, which the outcome keeps for the deletion log (blobgc_restore undoes it).
+
+    DeleteObjects answers 200 even when keys fail: every entry of `Errors[]` is examined. Keys that
+    failed with a retryable code (SlowDown, 5xx) are sent again with exponential backoff; keys that
+    still fail, or fail with another code (AccessDenied), are returned in `failed` for the caller to
+    keep owed. A call that raises a non-retryable error (or keeps failing) propagates.
+    """
+    check_batch_size(batch_size)
+    chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
+
+    def one(chunk: list[str]) -> DeleteOutcome:
+        return delete_chunk(client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep,
+                            versioned=versioned)
+
+    if concurrency > 1 and len(chunks) > 1:
+        with ThreadPoolExecutor(min(concurrency, len(chunks))) as pool:
+            parts = list(pool.map(one, chunks))
+    else:
+        parts = [one(chunk) for chunk in chunks]
+    outcome = DeleteOutcome()
+    for part in parts:
+        outcome.deleted.extend(part.deleted)
+        outcome.failed.update(part.failed)
+        outcome.calls += part.calls
+        outcome.markers.update(part.markers)
+        outcome.permanent.update(part.permanent)
+    if outcome.failed:
+        log.warning("%d of %d keys in %s were not deleted; they stay owed",
+                    len(outcome.failed), len(outcome.failed) + len(outcome.deleted), bucket)
+    return outcome
+
+
+def delete_chunk(
+    client, bucket: str, chunk: list[str], *, max_attempts: int, base_delay: float, sleep: Callable[[float], None],
+    versioned: bool = False,
+) -> DeleteOutcome:
+    """One DeleteObjects call for up to 1000 keys, resending the keys that failed with a retryable code."""
+    outcome = DeleteOutcome()
+    pending = chunk
+    last_error: dict[str, str] = {}
+    for attempt in range(max_attempts):
+        try:
+            outcome.calls += 1
+            response = client.delete_objects(
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": not versioned}
+            )
+        except ClientError as error:
+            if not is_retryable(error) or attempt == max_attempts - 1:
+                raise
+            delay = backoff_delay(attempt, base_delay)
+            log.warning("DeleteObjects on %s failed (%s); retrying %d keys in %.2fs",
+                        bucket, error.response.get("Error", {}).get("Code"), len(pending), delay)
+            sleep(delay)
+            continue
+        for done in response.get("Deleted", []) if versioned else ():
+            if done.get("DeleteMarkerVersionId"):
+                outcome.markers[done["Key"]] = done["DeleteMarkerVersionId"]
+        retry: list[str] = []
+        not_deleted: set[str] = set()
+        for err in response.get("Errors", []):
+            key, code = err.get("Key", ""), err.get("Code", "")
+            if code in ALREADY_GONE_CODES:
+                continue
+            not_deleted.add(key)
+            last_error[key] = f"{code}: {err.get('Message', '')}".strip()
+            if code in RETRYABLE_CODES:
+                retry.append(key)
+            else:
+                outcome.failed[key] = last_error[key]
+                outcome.permanent.add(key)
+        outcome.deleted.extend(k for k in pending if k not in not_deleted)
+        pending = retry
+        if not pending:
+            break
+        if attempt < max_attempts - 1:
+            sleep(backoff_delay(attempt, base_delay))
+    for key in pending:
+        outcome.failed[key] = last_error.get(key, "retries exhausted")
+    return outcome
+
+
+def first_key(client, bucket: str, prefix: str, start_after: str) -> str | None:
+    """The first key under `prefix` after `start_after`, or None: one listing call of one key."""
+    page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=1)
+    contents = page.get("Contents") or []
+    return contents[0]["Key"] if contents else None
+
+
+def leading_shards(client, bucket: str, prefix: str, chars: int = 1) -> list[str]:
+    """The distinct `prefix` + `chars` characters that the bucket's keys under `prefix` start with, in
+    order: one listing call per shard found, skipping each shard whole."""
+    found, after = [], prefix
+    while (key := first_key(client, bucket, prefix, after)) is not None:
+        shard = key[:len(prefix) + chars]
+        found.append(shard)
+        after = shard + HIGHEST
+    return found
+
+
+def listing(client, bucket: str, prefix: str) -> Iterator[dict]:
+    """Every object under a prefix, in key order."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+def key_before(key: str) -> str:
+    """A StartAfter value that lists `key` itself and nothing of interest before it."""
+    if not key:
+        return ""
+    last = ord(key[-1])
+    return key[:-1] + chr(last - 1) + HIGHEST if last > 0 else key[:-1]
+
+
+def object_sizes(client, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
+    """The size, as the store reports it, of each of `keys` that exists now (its current version).
+
+    The keys are sorted and cut into runs of about 1000. Each run is probed with one small ListObjectsV2
+    page from its first key: where the keys are dense (most of what the store lists between them is
+    wanted), the run is listed on, a page of 1000 keys a call; where they are sparse, each of them is
+    asked with HEAD, `concurrency` at a time. Keys not found do not exist now.
+    """
+    ordered = sorted(set(keys))
+    runs = [ordered[i:i + LIST_PAGE] for i in range(0, len(ordered), LIST_PAGE)]
+    found: dict[str, int] = {}
+    sparse: list[str] = []
+    for run in runs:
+        listed, rest = list_dense_run(client, bucket, run)
+        found.update(listed)
+        sparse += rest
+    if sparse:
+        found.update(head_sizes(client, bucket, sparse, concurrency=concurrency))
+    return found
+
+
+def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, int], list[str]]:
+    """List a sorted run of keys while the listing is mostly made of them; returns (sizes found, keys left to HEAD)."""
+    found: dict[str, int] = {}
+    wanted = set(run)
+    i, page_size = 0, PROBE_PAGE
+    while i < len(run):
+        prefix = os.path.commonprefix([run[i], run[-1]])
+        page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=key_before(run[i]), MaxKeys=page_size)
+        contents = page.get("Contents") or []
+        hits = 0
+        for item in contents:
+            if item["Key"] in wanted:
+                found[item["Key"]] = int(item.get("Size") or 0)
+                hits += 1
+        if not page.get("IsTruncated") or not contents:
+            return found, []
+        i = bisect.bisect_right(run, contents[-1]["Key"], lo=i)
+        if hits * SPARSE_RATIO < len(contents):  # sparse: HEAD is cheaper than listing the keys in between
+            return found, run[i:]
+        page_size = LIST_PAGE
+    return found, []
+
+
+def head_sizes(client, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, int]:
+    """HEAD each key: the size of those that exist now."""
+
+    def head(key: str) -> tuple[str, int | None]:
+        try:
+            return key, int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return key, None
+            raise
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
+        return {key: size for key, size in pool.map(head, keys) if size is not None}

@@ -1,0 +1,429 @@
+"""The durable outbox of object deletions: owed in the row-deleting transaction, settled after S3 confirms.
+
+A crash between the database commit and the S3 call leaves the keys owed, and the next drain
+deletes them. Keys S3 refuses stay owed with their error. Nothing is forgotten.
+
+**Every source has a drain-time guard**, named by its key layout (`blobgc.core.keys`): just before
+deleting, in the draining transaction, it sets aside the keys that a row accounts for again (a
+paste re-created, an image id reused, a blob row inserted after reconcile listed its object) and
+holds the rest.
+
+**Only what existed is counted.** A key whose size was recorded when its object was written counts
+with that size. For a key of unknown size (a thumbnail that may never have been made), the drain
+asks the store first (`blobgc.objects.object_sizes`: a listing where such keys are dense, HEAD where
+they are sparse); one that is absent is settled as such, never counted, and gets no delete marker on
+a versioned bucket.
+
+**One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
+retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
+attempts, parked: still owed, shown in the reclaim report and the `.parked` metric, skipped by
+drains until an operator unparks it (`unpark_owed_deletions`). A transient failure (S3 down,
+throttled) keeps its keys owed and fails the task after the rest has drained, so Airflow retries it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+from botocore.exceptions import BotoCoreError, ClientError
+
+from blobgc.core import keys as key_layouts
+from blobgc.core import queries
+from blobgc.core.objects import (
+    MAX_KEYS_PER_CALL,
+    bucket_is_versioned,
+    delete_objects_in_batches,
+    error_code,
+    is_transient,
+    object_sizes,
+)
+from blobgc.core.results import TaskResult, local
+from blobgc.core.runs import RunRef, add_counts
+from blobgc.core.sizes import human_bytes
+
+log = logging.getLogger(__name__)
+
+# The deletion-log sources whose keys can be needed again: seed 002's content objects (`blobgc.pastes`)
+# and seed 001's image files (`blobgc.images`).
+PARK_AFTER = 5  # failures no retry can fix, in a row, before a row is parked
+BACKOFF_BASE = timedelta(minutes=1)  # the wait after the second such failure, quadrupled after each further one
+BACKOFF_MAX = timedelta(hours=6)
+
+@dataclass
+class DrainResult(TaskResult):
+    """What one pass over the outbox did (on a dry run: what is owed)."""
+
+    objects_deleted: int = 0
+    bytes_reclaimed: int = 0
+    failed: int = 0
+    absent: int = 0
+    owed_after: int = 0
+    parked: int = 0
+    errors: list[BaseException] = local()  # transient failures of whole calls
+
+
+class OwedDeletionsParked(RuntimeError):
+    """Owed deletions that kept failing are parked: the drain did the rest, and the task fails so that on-call looks."""
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """When failing rows back off and park."""
+
+    park_after: int = PARK_AFTER
+    backoff_base: timedelta = BACKOFF_BASE
+    backoff_max: timedelta = BACKOFF_MAX
+
+    def backoff(self, failures: int) -> timedelta:
+        """The wait before the next attempt after `failures` permanent failures in a row (none after the first)."""
+        if failures <= 1:
+            return timedelta(0)
+        return min(self.backoff_max, self.backoff_base * 4 ** (failures - 2))
+
+
+DEFAULT_POLICY = DrainPolicy()
+
+
+def record_deletions(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    rows: Sequence[str] | None = None,
+    part: str = "",
+) -> None:
+    """Log `keys` and owe their deletion; call inside the transaction that deletes their rows.
+
+    On a dry run the keys are logged (the run's report of what would go, under `part`: see
+    `blobgc.runs.restart_dry_run_part`) and nothing is owed. `rows` are the deleted rows' images as
+    JSON text (`to_jsonb(row)::text`, never parsed here), for a source whose rows blobgc_restore can
+    put back.
+    """
+    if not keys:
+        return
+    conn.execute(
+        queries.load("outbox/insert_deletions"),
+        {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
+         "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
+         "rows": f"[{','.join(rows)}]" if rows else None, "part": part},
+    )
+
+
+def record_in_batches(conn: psycopg.Connection, run: RunRef, *, source: str, bucket: str, keys: Sequence[str],
+                      sizes: Sequence[int | None], batch_size: int, part: str = "") -> int:
+    """`record_deletions` in log rows of `batch_size` keys; returns the number of rows."""
+    for start in range(0, len(keys), batch_size):
+        record_deletions(conn, run, source=source, bucket=bucket, keys=keys[start:start + batch_size],
+                         sizes=sizes[start:start + batch_size], part=part)
+    return -(-len(keys) // batch_size)
+
+
+def replace_run_log(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    batch_size: int,
+    part: str = "",
+) -> int:
+    """Log and owe (on a dry run: report) everything a task found for `source` in `part` (a shard),
+    replacing what an earlier attempt of the same run logged there: a real run's log rows that it still
+    wholly owes, or a dry run's whole report. For tasks that find their keys by listing, and for every dry
+    run, so that a retry finds again without owing (or counting) a key twice. Call in a transaction.
+    Returns the number of log rows written."""
+    replaced = "outbox/delete_dry_run_log" if run.dry_run else "outbox/delete_unsettled_run_log"
+    conn.execute(queries.load(replaced), {"dag_id": run.dag_id, "run_id": run.run_id, "source": source, "part": part})
+    return record_in_batches(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size,
+                             part=part)
+
+
+def owe_upload_intent(conn: psycopg.Connection, *, dag_id: str, run_id: str, source: str, bucket: str,
+                      keys: Sequence[str], sizes: Sequence[int | None]) -> int:
+    """Owe the deletion of objects about to be uploaded (an intent), before uploading them; returns its log id.
+
+    A writer that dies mid-upload leaves the objects owed to `dag_id`'s drain, never orphaned. The
+    writer cancels the intent (`cancel_upload_intent`) in the transaction that inserts the rows that
+    account for the objects, or once it has removed what it uploaded.
+    """
+    with conn.transaction():
+        (log_id,) = conn.execute(queries.load("outbox/insert_upload_intent"), {
+            "dag_id": dag_id, "run_id": run_id, "source": source, "bucket": bucket, "keys": list(keys),
+            "sizes": list(sizes)}).fetchone()
+    return log_id
+
+
+def cancel_upload_intent(conn: psycopg.Connection, log_id: int) -> None:
+    """The objects of an intent are accounted for (or gone): nothing is owed, and it was never a deletion."""
+    conn.execute(queries.load("outbox/delete_upload_intent"), {"log_id": log_id})
+
+
+def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int, int]:
+    """(owed objects, their known bytes, highest attempt count, parked objects) for one DAG."""
+    row = conn.execute(queries.load("outbox/summarize_owed_deletions"), {"dag_id": dag_id}).fetchone()
+    return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+
+def unpark_owed_deletions(conn: psycopg.Connection, dag_id: str, log_ids: Sequence[int] | None = None) -> int:
+    """Put parked deletions of `dag_id` (all, or those of `log_ids`) back in line, due at once; returns how many rows.
+
+    For on-call, once the cause is fixed (the bucket exists again, the policy allows deletes).
+    """
+    with conn.transaction():
+        rows = conn.execute(queries.load("outbox/unpark_owed_deletions"),
+                            {"dag_id": dag_id, "log_ids": list(log_ids) if log_ids is not None else None}).fetchall()
+    log.info("unparked %d owed log rows of %s", len(rows), dag_id)
+    return len(rows)
+
+
+def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> tuple[list[tuple], int]:
+    """Lock the next owed log rows of `dag_id` after `after`, about `max_keys` keys in all (at least one row).
+
+    Returns the claimed rows and the log id to continue after. Rows another drain holds are
+    skipped; with no owed row left, the position returned is 0.
+    """
+    candidates = conn.execute(queries.load("outbox/select_owed_batches"), {"dag_id": dag_id, "after": after}).fetchall()
+    picked: list[int] = []
+    total = 0
+    for log_id, n_keys in candidates:
+        if picked and total + n_keys > max_keys:
+            break
+        picked.append(log_id)
+        total += n_keys
+    if not picked:
+        return [], 0
+    # binary results: thousands of keys per row parse much faster than text arrays
+    rows = conn.execute(queries.load("outbox/claim_owed_deletions"), {"log_ids": picked}, binary=True).fetchall()
+    return rows, picked[-1]
+
+
+def delete_owed_objects(
+    conn: psycopg.Connection,
+    s3,
+    run: RunRef,
+    *,
+    batch_size: int = MAX_KEYS_PER_CALL,
+    concurrency: int = 4,
+    workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
+    policy: DrainPolicy = DEFAULT_POLICY,
+) -> DrainResult:
+    """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
+
+    One transaction claims about `concurrency * batch_size` keys and settles them. With `workers`
+    > 1, that many drains run side by side on connections from `connect`, claiming disjoint log rows
+    (SKIP LOCKED), so one drain's database work overlaps another's S3 calls.
+
+    Each owed key is tried once per call. Keys S3 refuses stay owed (with their errors); rows that
+    keep failing back off and are parked (`DrainPolicy`). A transient failure of a whole call (S3
+    down) keeps that bucket's keys owed; once every other due row is drained, the first such error
+    is raised, so a retry of the task completes the work. On a dry run nothing is deleted and the
+    result reports what is owed.
+    """
+    result = DrainResult()
+    if not run.dry_run:
+        if workers > 1 and connect is not None:
+
+            def drain_on_own_connection(_: int) -> DrainResult:
+                with connect() as own:
+                    return drain(own, s3, run, batch_size, concurrency, policy)
+
+            with ThreadPoolExecutor(workers) as pool:
+                parts = list(pool.map(drain_on_own_connection, range(workers)))
+        else:
+            parts = [drain(conn, s3, run, batch_size, concurrency, policy)]
+        for part in parts:
+            result.objects_deleted += part.objects_deleted
+            result.bytes_reclaimed += part.bytes_reclaimed
+            result.failed += part.failed
+            result.absent += part.absent
+            result.errors += part.errors
+    owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
+    result.owed_after, result.parked = owed, parked
+    if parked:
+        log.error("%d owed deletions of %s are parked after failing %d times: see blobgc.outbox (parked_at, "
+                  "last_errors); fix the cause, then unpark them", parked, run.dag_id, policy.park_after)
+    if result.errors:
+        raise result.errors[0]
+    return result
+
+
+def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int,
+          policy: DrainPolicy = DEFAULT_POLICY) -> DrainResult:
+    """One drain over the due owed log rows, in log order, skipping rows another drain holds.
+
+    A bucket that failed transiently is not called again in this drain: its later rows are settled
+    as failed with the same error at once, so an outage costs one round of retries, not one per row.
+    """
+    result = DrainResult()
+    down: dict[str, BaseException] = {}
+    after = 0
+    while True:
+        with conn.transaction():
+            rows, after = claim_owed_batches(conn, run.dag_id, after, batch_size * concurrency)
+            if not rows:
+                if after == 0:
+                    break
+                continue  # another drain holds these rows; go on after them
+            settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down)
+            add_counts(conn, run, objects=settled.objects_deleted, bytes_=settled.bytes_reclaimed)
+        result.objects_deleted += settled.objects_deleted
+        result.bytes_reclaimed += settled.bytes_reclaimed
+        result.failed += settled.failed
+        result.absent += settled.absent
+        result.errors += settled.errors
+        log.info("deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
+                 settled.objects_deleted, human_bytes(settled.bytes_reclaimed), run.dag_id, settled.absent,
+                 settled.failed)
+    return result
+
+
+@dataclass
+class KeyOutcome:
+    """What the drain did with one owed key: deleted (with its size and delete marker), kept, absent, or failed."""
+
+    outcome: str  # deleted | kept | absent | failed
+    size: int | None = None
+    marker: str | None = None
+    error: str | None = None
+    permanent: bool = False
+
+
+def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, source: str, keys: list[str],
+                 batch_size: int, concurrency: int, versioned: dict[str, bool],
+                 sizes_logged: dict[str, int | None]) -> dict[str, KeyOutcome]:
+    """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure."""
+    layout = key_layouts.layout(source)
+    needed: set[str] = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else set()
+    outcomes = {key: KeyOutcome("kept") for key in keys if key in needed}
+    todo = [k for k in keys if k not in needed]
+    if not todo:
+        return outcomes
+    if bucket not in versioned:
+        versioned[bucket] = bucket_is_versioned(s3, bucket)
+    # a size recorded when the object was written is its size; a key of unknown size is asked of the store
+    present: dict[str, int | None] = {k: sizes_logged[k] for k in todo if sizes_logged.get(k) is not None}
+    unknown = [k for k in todo if k not in present]
+    try:
+        present.update(object_sizes(s3, bucket, unknown) if unknown else {})
+    except ClientError as error:
+        if error_code(error) not in ("AccessDenied", "AllAccessDisabled", "403"):
+            raise
+        # may delete but neither list nor read: such keys are taken to exist, their bytes unknown
+        log.warning("may not list or HEAD %s (%s): %d owed keys of unknown size are deleted without checking that "
+                    "they exist", bucket, error_code(error), len(unknown))
+        present.update({k: None for k in unknown})
+    outcomes.update({key: KeyOutcome("absent") for key in todo if key not in present})
+    existing = [k for k in todo if k in present]
+    outcome = delete_objects_in_batches(s3, bucket, existing, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+                                        concurrency=concurrency, versioned=versioned[bucket])
+    for key in existing:
+        if key in outcome.failed:
+            outcomes[key] = KeyOutcome("failed", error=outcome.failed[key], permanent=key in outcome.permanent)
+        else:
+            outcomes[key] = KeyOutcome("deleted", size=present[key], marker=outcome.markers.get(key))
+    return outcomes
+
+
+def settle_batches(
+    conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int,
+    policy: DrainPolicy = DEFAULT_POLICY, down: dict[str, BaseException] | None = None,
+) -> DrainResult:
+    """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
+
+    A source's key guard first sets aside the keys a row needs again (settled as kept) and holds the
+    others until this transaction ends. A whole call that fails (the bucket is gone, S3 is down)
+    fails only its bucket's keys: the other groups go on.
+    """
+    by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
+    sizes_logged: dict[tuple[str, str], int | None] = {}
+    for _log_id, bucket, source, keys, sizes, _failures in rows:
+        by_group[(bucket, source)].extend(keys)
+        sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
+    outcomes: dict[tuple[str, str], KeyOutcome] = {}
+    versioned: dict[str, bool] = {}
+    settled = DrainResult()
+    down = {} if down is None else down
+    with ExitStack() as guards:
+        # guards take their locks in one order (source, then bucket), so two drains never deadlock on them
+        for (bucket, source), keys in sorted(by_group.items(), key=lambda item: (item[0][1], item[0][0])):
+            try:
+                if bucket in down:
+                    raise down[bucket]
+                group = delete_group(conn, s3, guards, bucket, source, keys, batch_size, concurrency, versioned,
+                                     {k: sizes_logged.get((bucket, k)) for k in keys})
+            except (ClientError, BotoCoreError) as error:
+                transient = is_transient(error)
+                message = f"{error_code(error)}: {error}"[:500]
+                log.warning("%s %d owed keys of %s in %s: %s", "could not delete (will retry)" if transient
+                            else "refused:", len(keys), source, bucket, message)
+                if transient and bucket not in down:
+                    settled.errors.append(error)
+                    down[bucket] = error
+                group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
+            outcomes.update({(bucket, k): o for k, o in group.items()})
+    for log_id, bucket, _source, keys, sizes, failures in rows:
+        results = [outcomes[(bucket, k)] for k in keys]
+        failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
+        done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
+        permanent = any(o.permanent for _, _, o in failed)
+        failures_now = failures + 1 if permanent else (failures if failed else 0)
+        conn.execute(queries.load("outbox/settle_owed_deletions"), {
+            "log_id": log_id, "run_id": run.run_id,
+            "failed_keys": [k for k, _, _ in failed], "failed_sizes": [sz for _, sz, _ in failed],
+            "errors": json.dumps({k: o.error for k, _, o in failed}) if failed else None,
+            "failures": failures_now,
+            "backoff": policy.backoff(failures_now) if permanent else timedelta(0),
+            "park": permanent and failures_now >= policy.park_after,
+            "done_keys": [k for k, _ in done],
+            "done_sizes": [o.size for _, o in done],
+            "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,
+            "kept_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "kept"],
+            "absent_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "absent"],
+        })
+        settled.objects_deleted += len(done)
+        settled.bytes_reclaimed += sum(o.size or 0 for _, o in done)
+        settled.failed += len(failed)
+        settled.absent += sum(o.outcome == "absent" for o in results)
+    kept = sum(o.outcome == "kept" for o in outcomes.values())
+    if kept:
+        log.info("kept %d owed objects that rows need again", kept)
+    return settled
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m blobgc.core.outbox unpark <dag_id> [log_id ...]`: put parked owed deletions back in line (BLOBGC_PG_DSN)."""
+    import argparse
+    import os
+
+    from blobgc.core.clients import pg_connect
+
+    parser = argparse.ArgumentParser(prog="python -m blobgc.core.outbox", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    unpark = sub.add_parser("unpark", help="unpark a DAG's parked owed deletions (all, or the given log rows)")
+    unpark.add_argument("dag_id")
+    unpark.add_argument("log_ids", nargs="*", type=int)
+    args = parser.parse_args(argv)
+    dsn = os.environ.get("BLOBGC_PG_DSN")
+    if not dsn:
+        parser.error("BLOBGC_PG_DSN is not set (source .blobgc/env, or export the application database's URI)")
+    with pg_connect(dsn) as conn:
+        n = unpark_owed_deletions(conn, args.dag_id, args.log_ids or None)
+    print(f"unparked {n} owed log rows of {args.dag_id}; its next delete_owed_objects task tries them again")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

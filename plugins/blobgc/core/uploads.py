@@ -1,0 +1,85 @@
+"""The upload protocol that never orphans an object: owe it first, upload it, then account for it.
+
+A writer (the application's upload, the crawler) first records the keys it is about to upload as
+owed to a cleaning DAG (an *intent* in the outbox), then uploads, then, in one transaction, inserts
+the rows that account for the objects and cancels the intent. A crash anywhere in between leaves
+the keys owed: the cleaning DAG's drain deletes them, unless (its guard sees) a row claims them.
+
+Seed 001's image rows are bound to files that a drain may be deleting: `insert_image_rows` with
+`require_existing` binds a row to an existing image id only while it still has one, under the image
+id's shared stripe lock (`blobgc.core.locks`), which the drain's guard takes exclusively.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from blobgc.core import queries
+from blobgc.core.objects import delete_objects_in_batches
+from blobgc.core.outbox import cancel_upload_intent, owe_upload_intent
+
+log = logging.getLogger(__name__)
+
+
+class Rejected(Exception):
+    """Input refused for good (a URL that is no image, a decompression bomb, an oversize file): recorded, not retried.
+
+    `kind` says why, in a word a report can count (not_an_image, bomb, oversize, refused_address, ...).
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def upload_with_intent(
+    conn: psycopg.Connection,
+    s3,
+    *,
+    bucket: str,
+    bodies: dict[str, bytes],
+    content_type: str,
+    owed_to: str,
+    source: str,
+    run_id: str,
+    account: Callable[[psycopg.Connection], object],
+) -> None:
+    """Upload `bodies` (key -> bytes) so that none can be orphaned; `account(conn)` inserts the rows that
+    account for them, in the transaction that cancels the intent.
+
+    If an upload fails, what was uploaded is deleted now if S3 lets us (and the intent cancelled);
+    otherwise it stays owed to `owed_to`'s drain. The error is raised either way.
+    """
+    keys = list(bodies)
+    log_id = owe_upload_intent(conn, dag_id=owed_to, run_id=f"intent:{run_id}", source=source, bucket=bucket,
+                               keys=keys, sizes=[len(b) for b in bodies.values()])
+    try:
+        for key, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
+    except Exception:
+        try:
+            cleaned = not delete_objects_in_batches(s3, bucket, keys).failed
+        except Exception:  # noqa: BLE001 - S3 is failing; the intent keeps the keys owed
+            cleaned = False
+        if cleaned:
+            with conn.transaction():
+                cancel_upload_intent(conn, log_id)
+        raise
+    with conn.transaction():
+        account(conn)
+        cancel_upload_intent(conn, log_id)
+
+
+# ------------------------------------------------------------------ binding rows to stored files
+def insert_image_rows(conn: psycopg.Connection, rows: list[tuple], *, require_existing: bool) -> list[tuple]:
+    """Insert (image_id, offer_id, url_hash, body_hash, num) rows; with `require_existing`, only for image
+    ids that still have a row (call with their stripes held shared)."""
+    if not rows:
+        return []
+    columns = list(zip(*rows, strict=True))
+    return conn.execute(queries.load("images/insert_images"), {
+        "image_ids": list(columns[0]), "offer_ids": list(columns[1]), "url_hashes": list(columns[2]),
+        "body_hashes": list(columns[3]), "nums": list(columns[4]), "require_existing": require_existing,
+    }).fetchall()

@@ -1,0 +1,31 @@
+"""The Airflow layer: the one place that knows Airflow. DAG files are wiring over it.
+
+- `params`: pools, default task arguments, the deleting DAGs' Params (CONTRACT §4);
+- `connections` and `variables`: clients and settings from Airflow connections and Variables;
+- `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
+  steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`;
+- `worker_identity`: the hostname a local Celery worker reports.
+
+Nothing here runs at DAG-parse time but Param definitions. The names below are imported on first
+use, so that Airflow's own processes, which import `worker_identity` for `[core] hostname_callable`,
+load nothing else of blobgc (and a new deployment of the library is not shadowed by an old copy
+already imported into the scheduler).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "HTTP_POOL": "params", "S3_POOL": "params", "default_args": "params", "deleting_params": "params",
+    "destructive_params": "params",
+    "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
+    "purge_owed_cache_keys": "steps", "report_run": "steps",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -1,0 +1,47 @@
+"""What every blobgc DAG declares the same way: pools, default task arguments, and the deleting DAGs' Params.
+
+CONTRACT §4: every DAG that deletes anything takes `dry_run` (false) and `batch_size` (1000, at most
+1000), and its own grace Param. Deployment knobs are read from the environment when DAG files are
+parsed (never from the metadata database): BLOBGC_TASK_RETRIES (default 3) and
+BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry).
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+S3_POOL = "blobgc_s3"  # S3 batch deletes and listings
+HTTP_POOL = "blobgc_http"  # the crawler's downloads
+
+def default_args() -> dict[str, Any]:
+    """Every blobgc task's defaults, read from the environment each time a DAG file is parsed."""
+    return {
+        "owner": "blobgc",
+        "retries": int(os.environ.get("BLOBGC_TASK_RETRIES", "3")),
+        "retry_delay": timedelta(seconds=float(os.environ.get("BLOBGC_RETRY_DELAY_SECONDS", "30"))),
+        "retry_exponential_backoff": 2.0,  # 30 s, 60 s, 120 s ...
+        "max_retry_delay": timedelta(minutes=15),
+        "execution_timeout": timedelta(hours=2),
+    }
+
+
+def deleting_params(**extra: Any) -> dict[str, Any]:
+    """The Params every deleting DAG takes (CONTRACT §4): dry_run and batch_size, plus `extra`."""
+    from airflow.sdk import Param
+
+    return {
+        "dry_run": Param(False, type="boolean", description="Report what would be deleted and delete nothing."),
+        "batch_size": Param(1000, type="integer", minimum=1, maximum=1000,
+                            description="Rows per transaction and keys per S3 DeleteObjects call (at most 1000)."),
+        **extra,
+    }
+
+
+def destructive_params(grace_name: str, grace_default: int, grace_description: str, *, grace_minimum: int = 0,
+                       **extra: Any) -> dict[str, Any]:
+    """`deleting_params` with the DAG's own grace Param (at least `grace_minimum`)."""
+    from airflow.sdk import Param
+
+    return deleting_params(**{grace_name: Param(grace_default, type="integer", minimum=grace_minimum,
+                                                description=grace_description)}, **extra)

@@ -1,0 +1,235 @@
+"""The steps every blobgc DAG is wired from: `gc_step` for a DAG's own tasks, and the shared ones.
+
+`gc_step` turns `def task(step: Step, ...)` into an Airflow task whose context values (the DAG run,
+its id, its Params, its data-interval end) come in as task arguments, never through
+`get_current_context()`. The task opens the application database, records the run (fixing its
+reference time, never past the present), hands the collector a `Step`, and sends a typed result
+(`blobgc.core.results.TaskResult`) to XCom as `to_xcom()`. A ConfigurationError fails the task at
+once, without retries: no retry can fix a bad setting.
+
+The shared steps exist once and are called from every DAG that needs them:
+`drain_owed_objects` (delete what the outbox owes), `purge_owed_cache_keys` (unlink what Redis is
+owed) and `report_run` (finish the run's report, emit its metrics).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
+from blobgc.core.results import TaskResult
+from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
+from blobgc.core.settings import ConfigurationError
+from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
+from blobgc.dag_kit.params import S3_POOL
+
+log = logging.getLogger(__name__)
+
+OUTBOX_DRAINS = 2  # drains side by side: one's database work overlaps the other's S3 calls
+# The context values a step receives as arguments (Airflow passes a task the ones its signature names).
+CONTEXT_ARGS = ("dag_run", "run_id", "params", "data_interval_end")
+
+
+@dataclass
+class Step:
+    """What one task of a collecting DAG works with: the application database, the run, its Params.
+
+    `cutoff(hours=24)` is the run's reference time minus a grace: the one way a DAG computes a cut-off.
+    """
+
+    conn: psycopg.Connection
+    run: RunRef
+    params: dict[str, Any]
+    _s3: Any = field(default=None, repr=False)
+    _redis: Any = field(default=None, repr=False)
+
+    def cutoff(self, **grace: float) -> datetime:
+        return cutoff(self.run, **grace)
+
+    @property
+    def s3(self):
+        if self._s3 is None:
+            self._s3 = s3_client()
+        return self._s3
+
+    @property
+    def redis(self):
+        if self._redis is None:
+            self._redis = redis_client()
+        return self._redis
+
+    @property
+    def connect(self) -> Callable[[], psycopg.Connection]:
+        """Further connections to the application database, for work spread over several."""
+        return pg_connector()
+
+
+@contextmanager
+def failing_fast() -> Iterator[None]:
+    """Turn a ConfigurationError into a task failure that Airflow does not retry: no retry can fix it."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except ConfigurationError as error:
+        raise AirflowFailException(str(error)) from error
+
+
+@contextmanager
+def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None
+              ) -> Iterator[Step]:
+    """The database connection and the recorded run of one task (see `Step`)."""
+    requested = data_interval_end if data_interval_end is not None else dag_run.run_after
+    run = RunRef(dag_id=dag_run.dag_id, run_id=run_id, dry_run=bool(params.get("dry_run", False)))
+    with failing_fast(), pg_connection() as conn:
+        yield Step(conn, ensure_run(conn, run, requested), dict(params))
+
+
+def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
+            **task_kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+    """`@gc_step(pool=..., ...)` over `def name(step: Step, *args) -> TaskResult | Any`: an Airflow task.
+
+    The task's own arguments (XCom inputs, mapped values) follow `step`; Airflow passes the context
+    values the wrapper names (`CONTEXT_ARGS`). A returned TaskResult goes to XCom as `to_xcom()`.
+    `checks` (settings to read, such as Variables) run first, before the run is even recorded: a bad
+    one fails the task with nothing written.
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        from airflow.sdk import task
+
+        own = [p for p in list(inspect.signature(fn).parameters.values())[1:] if p.kind != p.VAR_KEYWORD]
+
+        @functools.wraps(fn)
+        def body(*args: Any, dag_run: Any = None, run_id: str = "", params: dict | None = None,
+                 data_interval_end: datetime | None = None, **kwargs: Any) -> Any:
+            with failing_fast():
+                for check in checks:
+                    check()
+            with open_step(dag_run, run_id, params or {}, data_interval_end) as step:
+                result = fn(step, *args, **kwargs)
+            return result.to_xcom() if isinstance(result, TaskResult) else result
+
+        body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CONTEXT_ARGS])
+        del body.__wrapped__  # Airflow reads the signature above, not fn's
+        return task(**task_kwargs)(body)
+
+    return decorate
+
+
+# ------------------------------------------------------------------------------------------ shared steps
+def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: bool = True, **task_kwargs: Any):
+    """The step that deletes what the DAG owes in S3 and settles the outbox (in pool blobgc_s3).
+
+    Fails, after draining everything else, while any of the DAG's owed deletions is parked, so that
+    on-call sees it (`fail_on_parked=False` for a DAG's first, catch-up drain, so the DAG goes on);
+    a transient S3 failure fails it too, for Airflow to retry.
+    """
+
+    @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
+    def drain(step: Step) -> DrainResult:
+        result = delete_owed_objects(step.conn, step.s3, step.run, batch_size=step.params["batch_size"],
+                                     workers=OUTBOX_DRAINS, connect=step.connect)
+        if result.parked and fail_on_parked:
+            raise OwedDeletionsParked(
+                f"{result.parked} owed deletions of {step.run.dag_id} are parked: they failed again and again for "
+                "a reason no retry fixes (see blobgc.outbox.last_errors, or the reclaim page). Fix the cause, then "
+                f"unpark them: python -m blobgc.core.outbox unpark {step.run.dag_id}. The rest was drained "
+                f"({result.objects_deleted} objects deleted by this task).")
+        return result
+
+    return drain
+
+
+def purge_owed_cache_keys(task_id: str = "purge_cache_keys", **task_kwargs: Any):
+    """The step that unlinks the Redis keys the DAG owes (one pipelined round trip per claimed group of rows)."""
+    from blobgc.core.cache_purge import PurgeResult, purge_owed_cache_keys as purge
+
+    @gc_step(task_id=task_id, **task_kwargs)
+    def purge_cache_keys(step: Step) -> PurgeResult:
+        return purge(step.conn, step.redis, step.run)
+
+    return purge_cache_keys
+
+
+def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry_run: bool = False,
+               extra_counters: tuple[str, ...] = (),
+               summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] | None = None,
+               **parts: type[TaskResult]):
+    """The step that finishes the run's report: `parts` name the upstream results it gathers and their types.
+
+    A mapped upstream's results (a list) are summed; `summaries` add figures a collector reads back from
+    its own tables (name -> function of the connection and the run). The run's totals go to `blobgc.run`
+    (and so to `blobgc.reclaim_daily`); its metrics are emitted once (`emit_run_metrics`), with the
+    named `extra_counters` taken from the gathered figures. With `skip_dry_run`, a dry run's report
+    ends skipped, so its `outlets` (an Asset that schedules a deleting DAG) are not emitted.
+    """
+    task_kwargs: dict[str, Any] = {"task_id": task_id}
+    if outlets is not None:
+        task_kwargs["outlets"] = outlets
+
+    def report(step: Step, **upstream: Any) -> dict[str, Any]:
+        details: dict[str, Any] = {}
+        for name, kind in parts.items():
+            value = upstream.get(name)
+            if value is None or isinstance(value, dict):
+                details[name] = kind.from_xcom(value).to_xcom()
+            else:  # a mapped upstream: its results, one per mapped task
+                details[name] = kind.total([value[i] for i in range(len(value))])  # not list(): it reads past the end
+        for name, summarize in (summaries or {}).items():
+            details[name] = summarize(step.conn, step.run)
+        counters = {c: sum(int(d.get(c, 0)) for d in details.values() if isinstance(d, dict)) for c in extra_counters}
+        finished = finish_dag_run(step.conn, step.run, details, counters)
+        if skip_dry_run and step.run.dry_run:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"dry run: reported, and nothing downstream is triggered: {finished}")
+        return finished
+
+    report.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # the upstream results it takes, by name
+        [inspect.Parameter("step", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in parts])
+    return gc_step(**task_kwargs)(report)
+
+
+def finish_dag_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None,
+                   extra_counters: dict[str, int] | None = None) -> dict[str, Any]:
+    """Stamp the run finished with its report, emit its metrics, and return its totals (with what is still owed)."""
+    totals = finish_run(conn, run, details)
+    owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
+    emit_run_metrics(run, totals, owed, parked, extra_counters)
+    return {**totals, "owed": owed, "parked": parked, **(details or {})}
+
+
+def emit_run_metrics(run: RunRef, totals: dict[str, Any], owed: int, parked: int = 0,
+                     extra_counters: dict[str, int] | None = None) -> None:
+    """`blobgc.<dag_id>.objects_deleted`, `.bytes_reclaimed` and `.rows_deleted` (counters, real runs, once
+    per run even if the report task is retried), `.owed` and `.parked` (gauges: objects the DAG still
+    owes, and those of them parked after failing again and again), and any `extra_counters`, through
+    Airflow's metrics ([metrics] statsd_on / otel_on). A metrics failure never fails the run."""
+    try:
+        from airflow.sdk.observability import stats
+        from airflow.sdk.observability.metrics import stats_utils
+
+        # a task run by the task runner has this done already; `airflow dags test` runs tasks in-process
+        stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
+        prefix = f"blobgc.{run.dag_id}"
+        if not run.dry_run and totals.get("first_finish"):
+            for name in ("objects_deleted", "bytes_reclaimed", "rows_deleted"):
+                stats.incr(f"{prefix}.{name}", count=int(totals[name]))
+            for name, count in (extra_counters or {}).items():
+                if count:
+                    stats.incr(f"{prefix}.{name}", count=int(count))
+        stats.gauge(f"{prefix}.owed", owed)
+        stats.gauge(f"{prefix}.parked", parked)
+    except Exception as error:  # noqa: BLE001 - metrics are best effort
+        log.warning("could not emit blobgc metrics for %s: %s", run.dag_id, error)

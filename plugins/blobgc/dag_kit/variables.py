@@ -1,0 +1,74 @@
+"""The Airflow Variables blobgc reads (README, "Pointing blobgc at your own database and bucket"), checked.
+
+Read inside tasks, never at DAG-parse time. A value that does not parse raises ConfigurationError,
+which fails the task without retries, naming the Variable and what it expects.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from blobgc.core.settings import (
+    DEFAULT_IMAGE_SIZES,
+    ConfigurationError,
+    MediaSettings,
+    check_extra_references,
+    check_image_sizes,
+    check_networks,
+)
+
+
+def variable(key: str, default: Any, *, json_value: bool = False) -> Any:
+    from airflow.sdk import Variable
+
+    raw = Variable.get(key, default=None)
+    if raw is None:
+        return default
+    if json_value and isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ConfigurationError(f"Variable {key} is not valid JSON: {error}") from error
+    return raw
+
+
+def blob_bucket() -> str:
+    """Variable blobgc_bucket: the bucket of seeds 000-003 (default `blobgc`)."""
+    return variable("blobgc_bucket", "blobgc")
+
+
+def paste_redis_prefix() -> str:
+    """Variable blobgc_paste_redis_prefix: the prefix of seed 002's cache keys in Redis (default empty)."""
+    return variable("blobgc_paste_redis_prefix", "")
+
+
+def image_sizes() -> dict[str, int]:
+    """Variable blobgc_image_sizes: seed 001's size names and longest edges."""
+    return check_image_sizes(variable("blobgc_image_sizes", DEFAULT_IMAGE_SIZES, json_value=True))
+
+
+def image_watermark() -> tuple[str, int] | None:
+    """Variable blobgc_image_watermark, `{"text": "...", "min_edge": 640}` or empty: (text, min edge) or None."""
+    mark = variable("blobgc_image_watermark", None, json_value=True)
+    if not mark:
+        return None
+    if not isinstance(mark, dict) or not isinstance(mark.get("text"), str):
+        raise ConfigurationError('Variable blobgc_image_watermark must be empty or {"text": str, "min_edge": int}')
+    return mark["text"], int(mark.get("min_edge", 640))
+
+
+def crawler_allowed_networks() -> list[str]:
+    """Variable blobgc_crawler_allowed_networks: CIDRs the crawler may fetch from although they are loopback,
+    link-local, private or multicast (default `[]`; the local stack sets `["127.0.0.0/8"]`)."""
+    return check_networks(variable("blobgc_crawler_allowed_networks", [], json_value=True))
+
+
+def media_settings() -> MediaSettings:
+    """Seed 004's store: Variables blobgc_media_bucket_prefix and blobgc_media_settings."""
+    return MediaSettings.parse(variable("blobgc_media_bucket_prefix", "fakebook-"),
+                               variable("blobgc_media_settings", {}, json_value=True))
+
+
+def extra_blob_references() -> list[str]:
+    """Variable blobgc_extra_blob_references: SELECTs of blob ids that reference blobs without a foreign key."""
+    return check_extra_references(variable("blobgc_extra_blob_references", [], json_value=True))

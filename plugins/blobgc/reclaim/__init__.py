@@ -1,0 +1,1 @@
+"""The storage reclaim page: the report (SQL to data), its presentation (SVG and HTML) and its FastAPI app."""

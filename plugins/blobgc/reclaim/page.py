@@ -1,0 +1,169 @@
+"""The storage reclaim page, drawn on the server: SVG charts and HTML tables, no script, no CDN.
+
+Presentation only: the figures come from `blobgc.reclaim.report.collect_report`.
+"""
+from __future__ import annotations
+
+import html
+from datetime import date, timedelta
+from typing import Any
+
+from blobgc.core.sizes import human_bytes
+
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
+           "#882255", "#44AA99", "#999933", "#AA4499"]
+METRICS = {"bytes_reclaimed": "Bytes reclaimed", "objects_deleted": "Objects deleted"}
+
+
+def chart_series(report: dict[str, Any], metric: str) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
+    """The days of the window, the DAGs with real reclaim in it, and the value of each (day, DAG) segment."""
+    start, end = date.fromisoformat(report["since"]), date.fromisoformat(report["until"])
+    days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
+    values: dict[tuple[str, str], int] = {}
+    for r in report["daily"]:
+        if not r["dry_run"] and r[metric]:
+            values[(r["day"], r["dag_id"])] = values.get((r["day"], r["dag_id"]), 0) + int(r[metric])
+    dags = sorted({dag for _, dag in values})
+    return days, dags, values
+
+
+def render_chart_svg(report: dict[str, Any], metric: str, colours: dict[str, str], *,
+                     width: int = 900, height: int = 260) -> str:
+    """A stacked bar per day of `metric` over real runs, one segment per DAG; each segment carries its figures."""
+    days, dags, values = chart_series(report, metric)
+    left, right, top, bottom = 70, 10, 10, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    totals = {d: sum(values.get((d, dag), 0) for dag in dags) for d in days}
+    peak = max(totals.values(), default=0)
+    fmt = human_bytes if metric == "bytes_reclaimed" else (lambda n: f"{n:,}")
+    slot = plot_w / max(len(days), 1)
+    bar_w = max(slot * 0.7, 1.0)
+    label = METRICS[metric]
+    out = [f'<svg class="chart" data-metric="{metric}" data-peak="{peak}" xmlns="http://www.w3.org/2000/svg" '
+           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+           f'aria-label="{html.escape(label)} per day">']
+    out.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#888"/>')
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#888"/>')
+    out.append(f'<text x="{left - 6}" y="{top + 10}" text-anchor="end" font-size="11">{html.escape(fmt(peak))}</text>')
+    out.append(f'<text x="{left - 6}" y="{top + plot_h}" text-anchor="end" font-size="11">0</text>')
+    for i, d in enumerate(days):
+        x = left + i * slot + (slot - bar_w) / 2
+        y = top + plot_h
+        for dag in dags:
+            v = values.get((d, dag), 0)
+            if not v:
+                continue
+            h = plot_h * v / peak
+            y -= h
+            out.append(
+                f'<rect class="bar" data-day="{d}" data-dag="{html.escape(dag)}" data-value="{v}" '
+                f'x="{x:.2f}" y="{y:.2f}" width="{bar_w:.2f}" height="{h:.2f}" fill="{colours[dag]}">'
+                f'<title>{d} {html.escape(dag)}: {html.escape(fmt(v))}</title></rect>')
+        if len(days) <= 14 or i % max(len(days) // 10, 1) == 0 or i == len(days) - 1:
+            out.append(f'<text x="{x + bar_w / 2:.2f}" y="{top + plot_h + 16}" text-anchor="middle" '
+                       f'font-size="10">{d[5:]}</text>')
+    if not peak:
+        out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle" font-size="13" '
+                   f'fill="#666">nothing reclaimed by a real run in this window</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def dag_colours(report: dict[str, Any]) -> dict[str, str]:
+    dags = sorted({r["dag_id"] for r in report["daily"]} | {e["dag_id"] for e in report["last_runs"]})
+    return {dag: PALETTE[i % len(PALETTE)] for i, dag in enumerate(dags)}
+
+
+def _cells(*values: Any) -> str:
+    return "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+
+
+def _run_cell(runs: list[dict[str, Any]]) -> str:
+    if not runs:
+        return '<td class="none">no run yet</td>'
+    r = runs[0]
+    state = "finished " + r["finished_at"][:16].replace("T", " ") if r["finished_at"] else "not finished"
+    older = f'<div class="older">and {len(runs) - 1} earlier</div>' if len(runs) > 1 else ""
+    return (f'<td><div class="run-id">{html.escape(r["run_id"])}</div><div>{html.escape(state)}</div>'
+            f'<div>{r["rows_deleted"]:,} rows · {r["objects_deleted"]:,} objects · '
+            f'{html.escape(human_bytes(r["bytes_reclaimed"]))}</div>{older}</td>')
+
+
+PAGE_CSS = """
+body{font-family:system-ui,sans-serif;margin:16px;color:#222;background:#fff}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4} td.num{text-align:right} .run-id{font-family:monospace;font-size:12px}
+.older,.none,.hint{color:#666;font-size:12px} .legend span{display:inline-block;margin-right:14px;font-size:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+"""
+
+
+def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> str:
+    """The whole page: two charts with a legend, the daily table, last runs, owed deletions, reconcile findings."""
+    colours = dag_colours(report)
+    legend = "".join(f'<span><i style="background:{c}"></i>{html.escape(d)}</span>' for d, c in colours.items())
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>blobgc storage reclaim</title>",
+        f"<style>{PAGE_CSS}</style></head>",
+        f'<body data-since="{report["since"]}" data-until="{report["until"]}">',
+        "<h1>blobgc storage reclaim</h1>",
+        f'<p class="hint">Real runs, {report["since"]} to {report["until"]} (UTC). Dry runs are in the table '
+        f'and under Last runs, never in the charts. The same data as JSON: <a href="{json_href}">{json_href}</a>.</p>',
+        f'<div class="legend">{legend}</div>',
+    ]
+    for metric, label in METRICS.items():
+        parts.append(f"<h2>{label} per day</h2>")
+        parts.append(render_chart_svg(report, metric, colours))
+    parts.append('<h2>Per day, DAG and dry-run flag (blobgc.reclaim_daily)</h2><table id="daily"><tr><th>day</th>'
+                 "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes</th></tr>")
+    for r in reversed(report["daily"]):
+        parts.append(f'<tr data-day="{r["day"]}" data-dag="{html.escape(r["dag_id"])}" '
+                     f'data-dry-run="{str(r["dry_run"]).lower()}" data-objects="{r["objects_deleted"]}" '
+                     f'data-bytes="{r["bytes_reclaimed"]}" data-rows="{r["rows_deleted"]}" data-runs="{r["runs"]}">'
+                     + _cells(r["day"], r["dag_id"], "dry run" if r["dry_run"] else "real")
+                     + f'<td class="num">{r["runs"]:,}</td><td class="num">{r["rows_deleted"]:,}</td>'
+                     f'<td class="num">{r["objects_deleted"]:,}</td>'
+                     f'<td class="num" title="{r["bytes_reclaimed"]} bytes">{html.escape(human_bytes(r["bytes_reclaimed"]))}'
+                     "</td></tr>")
+    if not report["daily"]:
+        parts.append('<tr><td colspan="7" class="none">no runs in this window</td></tr>')
+    parts.append("</table>")
+
+    parts.append('<h2>Last runs: real next to dry run</h2><table id="last-runs"><tr><th>DAG</th>'
+                 "<th>last real run</th><th>last dry run</th></tr>")
+    for e in report["last_runs"]:
+        parts.append(f'<tr data-dag="{html.escape(e["dag_id"])}"><td>{html.escape(e["dag_id"])}</td>'
+                     f'{_run_cell(e["real"])}{_run_cell(e["dry_run"])}</tr>')
+    parts.append("</table>")
+
+    parts.append('<h2>Owed deletions still outstanding</h2>')
+    if report["owed"]:
+        parts.append('<table id="owed"><tr><th>DAG</th><th>bucket</th><th>objects</th><th>bytes</th><th>oldest</th>'
+                     "<th>attempts</th><th>parked</th><th>last errors</th></tr>")
+        for o in report["owed"]:
+            parts.append(f'<tr data-dag="{html.escape(o["dag_id"])}" data-objects="{o["objects"]}">'
+                         + _cells(o["dag_id"], o["bucket"]) + f'<td class="num">{o["objects"]:,}</td>'
+                         + _cells(human_bytes(o["bytes"]), o["oldest"][:16].replace("T", " "), o["max_attempts"],
+                                  o["parked"], (o["last_errors"] or "")[:200]) + "</tr>")
+        parts.append("</table><p class='hint'>Each DAG's delete_owed_objects task retries these on every run. "
+                     "Parked deletions kept failing for a reason no retry fixes (the bucket is gone, access is "
+                     "denied): fix the cause, then unpark them (docs/operations.md).</p>")
+    else:
+        parts.append('<p id="owed-none">None: every logged deletion is confirmed by S3.</p>')
+
+    rec = report["reconcile"]
+    parts.append("<h2>Reconcile: unknown keys and missing objects</h2>")
+    if rec["run_id"]:
+        parts.append(f'<p class="hint">From reconcile run <span class="run-id">{html.escape(rec["run_id"])}</span>. '
+                     "Reported only: blobgc never deletes an unknown key nor re-creates a missing object.</p>"
+                     '<table id="reconcile"><tr><th>kind</th><th>bucket</th><th>count</th><th>first keys</th></tr>')
+        for f in rec["findings"]:
+            keys = "<br>".join(html.escape(k) for k in f["sample_keys"])
+            parts.append(f'<tr data-kind="{f["kind"]}" data-count="{f["findings"]}">' + _cells(f["kind"], f["bucket"])
+                         + f'<td class="num">{f["findings"]:,}</td><td class="run-id">{keys}</td></tr>')
+        parts.append("</table>")
+    else:
+        parts.append('<p id="reconcile-none">No reconcile findings.</p>')
+    parts.append("</body></html>")
+    return "".join(parts)

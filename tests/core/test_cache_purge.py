@@ -1,0 +1,43 @@
+"""blobgc.core.cache_purge: owed Redis keys are deleted in pipelines; a Redis outage leaves them owed."""
+from __future__ import annotations
+
+
+import pytest
+import redis as redis_lib
+
+from blobgc.collectors.paste_expiry import expire_pastes
+from blobgc.core.cache_purge import CachePurgeError, purge_owed_cache_keys
+from demo_app.pastes import create_paste
+from tests.helpers import NOW, cached_keys
+from tests.support.pastes import FUTURE, PAST, expire_all, new_run
+
+
+def test_redis_keys_of_expired_pastes_are_deleted_cached_or_not(conn, s3, bucket, redis, redis_prefix):
+    cached = [create_paste(conn, s3, redis, bucket=bucket, content=f"c{i}".encode(), expires_at=PAST,
+                           redis_prefix=redis_prefix) for i in range(5)]
+    never_cached = [create_paste(conn, s3, None, bucket=bucket, content=f"n{i}".encode(), expires_at=PAST)
+                    for i in range(3)]
+    alive = create_paste(conn, s3, redis, bucket=bucket, content=b"alive", expires_at=FUTURE,
+                         redis_prefix=redis_prefix)
+    _, _, purged = expire_all(conn, s3, redis, new_run(conn), bucket, redis_prefix)
+    assert purged.keys_purged == len(cached) + len(never_cached)
+    assert purged.keys_found == len(cached)  # UNLINK of a key that was never cached is a no-op
+    assert cached_keys(redis, redis_prefix) == {f"{redis_prefix}{alive.short_code}"}
+    assert conn.execute("SELECT count(*) FROM blobgc.cache_purge").fetchone()[0] == 0
+
+
+def test_redis_down_leaves_the_purge_owed_then_a_retry_completes(conn, s3, bucket, redis, redis_prefix):
+    codes = [create_paste(conn, s3, redis, bucket=bucket, content=f"r{i}".encode(), expires_at=PAST,
+                          redis_prefix=redis_prefix).short_code for i in range(4)]
+    run = new_run(conn)
+    expire_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    down = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
+    with pytest.raises(CachePurgeError, match="4 cache keys stay owed"):
+        purge_owed_cache_keys(conn, down, run)
+    assert conn.execute("SELECT attempts, last_error IS NOT NULL FROM blobgc.cache_purge").fetchall() == [(1, True)]
+    assert len(cached_keys(redis, redis_prefix)) == 4
+
+    purged = purge_owed_cache_keys(conn, redis, run)
+    assert (purged.keys_purged, purged.keys_owed) == (4, 0)
+    assert cached_keys(redis, redis_prefix) == set()
+    assert codes

@@ -1,0 +1,41 @@
+"""blobgc_reconcile under Airflow."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from blobgc.core.runs import ensure_run
+from tests.helpers import airflow_api, object_keys, run_dag
+from tests.support.reconcile import DAG, age, contents_rows, new_run, owed, put, reconcile_all, sha
+
+
+def test_airflow_reconcile_dag_maps_one_task_per_shard(conn, s3, bucket):
+    contents_rows(conn, sha("live"))
+    put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", f"images/3f/3f{'0' * 30}/big.jpg",
+        "blobs/abc/raw", "tmp/x")
+    age(s3, bucket)
+    result = run_dag(DAG, conf={"min_age_hours": 1}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    shards = {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint WHERE done")}
+    instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
+    mapped = [t for t in instances if t["task_id"] == "reconcile_shard"]
+    expected = {f"pastes/{sha('live')[0]}", f"pastes/{sha('dead')[0]}", "images/3f/", "blobs/a", "tmp/"}
+    assert shards == expected
+    assert len(mapped) == len(expected)
+    assert {t["state"] for t in mapped} == {"success"}
+    assert object_keys(s3, bucket) == {f"pastes/{sha('live')}", "tmp/x"}  # orphans gone, unknown kept
+
+
+def test_min_age_floor_refuses_less_than_an_hour(conn, s3, bucket):
+    """Finding 7: an age floor below 1 hour is refused, by the Param and by the collector itself."""
+    put(s3, bucket, f"pastes/{sha('just uploaded, row on its way')}")
+    run = new_run(conn)
+    run = ensure_run(conn, run)
+    with pytest.raises(ValueError, match="min_age_hours must be at least 1"):
+        reconcile_all(conn, s3, bucket, run, cutoff=run.reference_time - timedelta(minutes=30))
+    assert owed(conn) == set()
+    result = run_dag(DAG, conf={"min_age_hours": 0}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "min_age_hours" in output, output[-3000:]
+    assert len(object_keys(s3, bucket)) == 1

@@ -1,0 +1,47 @@
+"""blobgc_restore under Airflow."""
+from __future__ import annotations
+
+
+import pytest
+
+from blobgc.collectors.restore import RestoreRefused, plan_restore
+from blobgc.core.keys import blob_keys
+from blobgc.core.runs import RunRef, ensure_run
+from tests.helpers import NOW, object_keys, run_dag
+from tests.support.restore import swept_run
+
+
+def test_blobgc_restore_undoes_a_sweep_on_a_versioned_bucket(conn, s3, versioned_bucket):
+    run, kept, garbage = swept_run(conn, s3, versioned_bucket, "manual__sweep_to_undo", n=4)
+    assert object_keys(s3, versioned_bucket) == {k for b in kept for k in blob_keys(b)}
+    assert not conn.execute("SELECT 1 FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchall()
+
+    result = run_dag("blobgc_restore", conf={"run_id": run.run_id})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    every = {k for b in kept + garbage for k in blob_keys(b)}
+    assert object_keys(s3, versioned_bucket) == every
+    assert s3.get_object(Bucket=versioned_bucket, Key=blob_keys(garbage[0])[0])["Body"].read() == b"r" * 100
+    restored = conn.execute("SELECT id, filename, size_bytes, unused, updated_at > now() - interval '5 minutes' "
+                            "FROM app.blob WHERE id = ANY(%s) ORDER BY id", (garbage,)).fetchall()
+    assert restored == [(g, f"{g}.bin", 100, False, True) for g in sorted(garbage)]  # back, and used
+    outcomes = dict(conn.execute("SELECT kind || ' ' || outcome, count(*) FROM blobgc.restore_item "
+                                 "GROUP BY 1").fetchall())
+    assert outcomes == {"object restored": 6, "row restored": 3}
+
+
+def test_blobgc_restore_refuses_an_unversioned_bucket(conn, s3, bucket):
+    run, _, garbage = swept_run(conn, s3, bucket, "manual__unversioned")
+    result = run_dag("blobgc_restore", conf={"run_id": run.run_id})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"blobgc_restore refuses: bucket '{bucket}' is not versioned" in output, output[-3000:]
+    assert conn.execute("SELECT count(*) FROM blobgc.restore_item").fetchone()[0] == 0
+    assert not conn.execute("SELECT 1 FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchall()
+
+    with pytest.raises(RestoreRefused, match="no blobgc run has run_id 'nope'"):
+        plan_restore(conn, s3, "nope")
+    dry = RunRef("blobgc_sweep", "dry", True)
+    ensure_run(conn, dry, NOW)
+    with pytest.raises(RestoreRefused, match="was a dry run"):
+        plan_restore(conn, s3, "dry")

@@ -1,0 +1,118 @@
+"""The runbook (docs/operations.md), step by step, against the running stack's scheduler.
+
+Runs the scheduler executes read the stack's own application database and the `blobgc` bucket (the
+scheduler's connections cannot point at the tests' database), so this test works there with data of
+its own: pastes with unique short codes that expired before a day of 2026 picked at random (after the DAG's
+start_date, or its runs would have no tasks), on which its two failing runs are due. The S3 outage is the local S3 server's drill: the `blobgc`
+bucket answers 503 for the outage's length, as S3 does when it is down.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from blobgc.core.clients import s3_client_from_env
+from blobgc.core.keys import content_key
+from demo_app.pastes import create_paste
+from tests.helpers import airflow, airflow_api, cached_keys, s3_outage
+
+
+DAG = "blobgc_paste_expiry"
+
+
+BUCKET = "blobgc"
+
+
+def wait_for_runs(run_ids: list[str], timeout: float = 420) -> dict[str, str]:
+    """The final states of these runs of the paste expiry DAG, as the scheduler leaves them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {r: airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{r}")["state"] for r in run_ids}
+        if all(s in ("success", "failed") for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(3)
+
+
+def tries(run_id: str) -> dict[str, int]:
+    tis = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+    return {f"{ti['task_id']}[{ti['map_index']}]": ti["try_number"] for ti in tis}
+
+
+@pytest.fixture
+def app_conn(stack):
+    with psycopg.connect(stack["BLOBGC_PG_DSN"], autocommit=True) as conn:
+        yield conn
+
+
+def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, app_conn, redis):
+    s3 = s3_client_from_env()
+    day = datetime(2026, 1, 2, tzinfo=timezone.utc) + timedelta(days=random.randrange(300))  # after start_date
+    first, second = day, day + timedelta(hours=1)  # two hourly runs of the DAG's cron
+    tag = f"op{random.randrange(16**6):06x}"
+    pastes = [create_paste(app_conn, s3, redis, bucket=BUCKET, content=f"{tag} early {i}".encode(),
+                           expires_at=first - timedelta(days=1), short_code=f"{tag}e{i}") for i in range(6)]
+    pastes += [create_paste(app_conn, s3, redis, bucket=BUCKET, content=f"{tag} late {i}".encode(),
+                            expires_at=first + timedelta(minutes=30), short_code=f"{tag}l{i}") for i in range(4)]
+    keys = {content_key(p.content_hash) for p in pastes}
+    # one retry, 1 s later: the runs give up on S3 quickly (the scheduler's re-runs keep the stack's settings)
+    env = {"AIRFLOW_CONN_BLOBGC_POSTGRES": stack["AIRFLOW_CONN_BLOBGC_POSTGRES"], "BLOBGC_RETRY_DELAY_SECONDS": "1",
+           "BLOBGC_TASK_RETRIES": "1"}
+
+    # S3 is down while both hourly runs happen: each expires its pastes in the database, then fails on S3.
+    s3_outage(BUCKET, True)
+    try:
+        # one after the other: run at once, the second run's drain would skip the rows the first one holds
+        # (SKIP LOCKED) and end green with nothing tried
+        failed = [airflow("dags", "test", DAG, when.isoformat(), env_extra=env) for when in (first, second)]
+    finally:
+        s3_outage(BUCKET, False)
+    for result in failed:
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and "ServiceUnavailable" in output, output[-3000:]
+    assert app_conn.execute("SELECT count(*) FROM app.paste WHERE short_code LIKE %s", (f"{tag}%",)).fetchone()[0] == 0
+    owed = {r[0] for r in app_conn.execute("SELECT key FROM blobgc.deleted_object WHERE owed AND key = ANY(%s)",
+                                           (sorted(keys),))}
+    assert owed == keys  # nothing forgotten: every object is still owed
+    run_ids = [r[0] for r in app_conn.execute(
+        "SELECT run_id FROM blobgc.run WHERE dag_id = %s AND reference_time = ANY(%s) ORDER BY reference_time",
+        (DAG, [first, second]))]
+    assert len(run_ids) == 2, run_ids
+    assert wait_for_runs(run_ids, timeout=0) == {r: "failed" for r in run_ids}
+    before = tries(run_ids[0])
+
+    airflow_unpause = airflow("dags", "unpause", DAG)
+    assert airflow_unpause.returncode == 0, airflow_unpause.stderr[-2000:]
+    try:
+        # Runbook step 1: re-run the failed task of the first run, and only it (its downstream report follows).
+        cleared = airflow("tasks", "clear", DAG, "--task-regex", "delete_owed_objects", "--downstream",
+                          "--only-failed", "--start-date", first.isoformat(), "--end-date", first.isoformat(), "--yes")
+        assert cleared.returncode == 0, cleared.stdout[-2000:] + cleared.stderr[-2000:]
+        assert wait_for_runs(run_ids[:1])[run_ids[0]] == "success"
+        after = tries(run_ids[0])
+        rerun = {task for task, n in after.items() if n != before[task]}
+        assert rerun == {"delete_owed_objects[-1]", "report[-1]"}, (before, after)
+
+        # Runbook step 2: backfill the range, reprocessing only the runs that failed.
+        backfill = airflow("backfill", "create", "--dag-id", DAG, "--from-date", first.isoformat(),
+                           "--to-date", second.isoformat(), "--reprocess-behavior", "failed")
+        assert backfill.returncode == 0, backfill.stdout[-2000:] + backfill.stderr[-2000:]
+        assert wait_for_runs(run_ids) == {r: "success" for r in run_ids}
+    finally:
+        airflow("dags", "pause", DAG)
+
+    assert tries(run_ids[0]) == after  # the backfill left the run that had succeeded alone
+    listed = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="pastes/").get("Contents", [])}
+    assert not keys & listed
+    assert not {k for k in cached_keys(redis, tag)}
+    still_owed = app_conn.execute("SELECT count(*) FROM blobgc.deleted_object WHERE owed AND key = ANY(%s)",
+                                  (sorted(keys),)).fetchone()[0]
+    assert still_owed == 0
+    finished = app_conn.execute("SELECT count(*) FROM blobgc.run WHERE dag_id = %s AND run_id = ANY(%s) "
+                                "AND finished_at IS NOT NULL", (DAG, run_ids)).fetchone()[0]
+    assert finished == 2
+    assert json.dumps(run_ids)

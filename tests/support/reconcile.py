@@ -1,0 +1,53 @@
+"""Seed 001 §5's test kit: objects put and aged, content rows, whole-bucket reconcile runs, findings."""
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta, timezone
+
+from blobgc.collectors.reconcile import discover_shards, reconcile_shard
+from blobgc.core.runs import RunRef, ensure_run
+from tests.helpers import backdate_objects
+
+
+DAG = "blobgc_reconcile"
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def put(s3, bucket: str, *keys: str, body: bytes = b"12345") -> None:
+    for key in keys:
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+
+def contents_rows(conn, *hashes: str) -> None:
+    with conn.transaction():
+        for digest in hashes:
+            conn.execute("INSERT INTO app.content (content_hash, ref_count, size_bytes) VALUES (%s, 1, 5)", (digest,))
+
+
+def new_run(conn, name: str = "r1", dry_run: bool = False) -> RunRef:
+    run = RunRef(DAG, name, dry_run)
+    ensure_run(conn, run)
+    return run
+
+
+def age(s3, bucket: str, hours: float = 48, prefix: str = "") -> None:
+    """Make the objects written so far old the honest way: the local S3 server backdates their LastModified."""
+    backdate_objects(s3, bucket, hours * 3600, prefix)
+
+
+def floor_cutoff(hours: float = 24) -> datetime:
+    """The cut-off of a run now with `min_age_hours` = hours (never in the future)."""
+    return datetime.now(timezone.utc) - timedelta(hours=hours)
+
+
+def reconcile_all(conn, s3, bucket, run, *, cutoff=None, page_size=1000):
+    cutoff = cutoff or floor_cutoff()
+    return [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size)
+            for shard in discover_shards(s3, bucket, conn=conn)]
+
+
+def owed(conn) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT key FROM blobgc.deleted_object WHERE owed")}
