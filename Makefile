@@ -36,9 +36,9 @@ down:
 status:
 	@$(PYTHON) scripts/stack.py status
 
-# `make up` applies pending migrations; this re-runs the idempotent runner alone.
+# `make up` applies pending migrations (blobgc's, then the demo app's); this re-runs the idempotent runners alone.
 migrate: up
-	source $(ENV) && python -m blobgc.core.migrate
+	source $(ENV) && python -m blobgc.core.migrate && python -m demo_app.migrate
 
 demo: up
 	source $(ENV) && python -m demo_app.demo

@@ -13,12 +13,14 @@ sys.path.insert(0, str(ROOT / "plugins"))
 
 from blobgc.core.clients import require_env  # noqa: E402
 from blobgc.core.migrate import apply_migrations  # noqa: E402
+from demo_app.migrate import apply_app_migrations  # noqa: E402
 
 BENCH_DB = "blobgc_bench"
 
 
 def fresh_database(*extra_sql: Path) -> str:
-    """Drop and recreate the benchmark database on the stack's PostgreSQL, migrate it, run `extra_sql`."""
+    """Drop and recreate the benchmark database on the stack's PostgreSQL, migrate it (blobgc, then the demo
+    application), run `extra_sql`."""
     admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
@@ -26,6 +28,7 @@ def fresh_database(*extra_sql: Path) -> str:
     dsn = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname=BENCH_DB)
     with psycopg.connect(dsn) as conn:
         apply_migrations(conn)
+        apply_app_migrations(conn)
         for path in extra_sql:
             conn.execute(path.read_text())
     return dsn

@@ -6,6 +6,11 @@ tables), against blobgc_mark's set-based code on app.blob, with the same data in
 database: blobs, 70% of them referenced through two referencing tables. Timed on the first pass
 (which flips the 30% unreferenced blobs to unused) and on a pass with no flips, at every scale.
 
+The same data is also marked as a collection whose mark state blobgc keeps in its own table
+(CONTRACT §6: `blobgc.mark_<name>`, nothing added to the user's table): a copy of the blobs and
+their two referencing tables in schema `owned`, marked by `mark_collection` beside `app_blob`'s
+column mode. Goals: within 2x of the column mode, and at least 20x the seed loop.
+
 Sweep: the database side (claim, re-check, delete, deletion log and outbox, in batches of 1000)
 over the blobs the mark found unused; then S3 deletion from the outbox against the local S3
 server, beside a one-DeleteObject-per-key baseline measured in the same run.
@@ -27,7 +32,8 @@ from bench_database import ROOT, fresh_database, timed, vacuum
 
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
-from blobgc.collectors.mark import mark_unused_blobs  # noqa: E402
+from blobgc.collectors.mark import mark_collection, mark_unused_blobs  # noqa: E402
+from blobgc.core.collections import Collection, bind  # noqa: E402
 from blobgc.core.objects import delete_objects_in_batches  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
 from blobgc.core.references import discover_references  # noqa: E402
@@ -48,6 +54,18 @@ SELECT substr(md5(g::text), 1, 11), 'p' || (g / 10) FROM generate_series(1, %(n)
 INSERT INTO app.page_using_blob (blob_id, url)
 SELECT substr(md5(g::text), 1, 11), '/page/' || g FROM generate_series(1, %(n)s) g WHERE g %% 10 BETWEEN 3 AND 6;
 """
+LOAD_OWNED = """
+CREATE SCHEMA owned;
+CREATE TABLE owned.blob (id text PRIMARY KEY, size_bytes bigint, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE owned.attachment (id bigserial PRIMARY KEY, blob_id text NOT NULL REFERENCES owned.blob);
+CREATE TABLE owned.page_use (blob_id text REFERENCES owned.blob, url text, PRIMARY KEY (blob_id, url));
+INSERT INTO owned.blob (id, size_bytes) SELECT id, size_bytes FROM app.blob;
+INSERT INTO owned.attachment (blob_id) SELECT blob_id FROM app.blob_attachment;
+CREATE INDEX ON owned.attachment (blob_id);
+INSERT INTO owned.page_use (blob_id, url) SELECT blob_id, url FROM app.page_using_blob;
+"""
+OWNED = Collection(name="owned_blobs", table="owned.blob", id="id", created_at="created_at", size="size_bytes",
+                   keys=["owned/{id}/raw"])
 LOAD_SEED = """
 INSERT INTO "Post" ("id") SELECT 'p' || g FROM generate_series(0, %(n)s / 10) g;
 INSERT INTO "Blob" ("id", "filename", "mimetype")
@@ -91,6 +109,27 @@ def bench_mark(dsn: str, n: int) -> dict:
     assert second.became_unused == second.became_used == 0
     out["ratio_first"] = out["seed_first_s"] / out["ours_first_s"]
     out["ratio_noflip"] = out["seed_noflip_s"] / out["ours_noflip_s"]
+
+    # the same blobs and references as a collection with blobgc-owned mark state
+    with conn.transaction():
+        for statement in LOAD_OWNED.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    vacuum(conn, "owned.blob", "owned.attachment", "owned.page_use")
+    bound = bind(conn, OWNED, default_bucket="bench")
+    owned_refs = discover_references(conn, OWNED.table, id_column=OWNED.id)
+
+    def owned() -> object:
+        return mark_collection(conn, bound, owned_refs, workers=MARK_WORKERS, connect=lambda: pg_connect(dsn))
+
+    out["owned_first_s"], owned_first = timed(owned)
+    assert owned_first.became_unused == seed_unused, (owned_first.became_unused, seed_unused)
+    vacuum(conn, "owned.blob", "blobgc.mark_owned_blobs")
+    out["owned_noflip_s"], owned_second = timed(owned)
+    assert owned_second.became_unused == owned_second.became_used == 0
+    out["owned_vs_column_first"] = out["owned_first_s"] / out["ours_first_s"]
+    out["owned_vs_column_noflip"] = out["owned_noflip_s"] / out["ours_noflip_s"]
+    out["seed_vs_owned_noflip"] = out["seed_noflip_s"] / out["owned_noflip_s"]
     conn.close()
     return out
 
@@ -106,7 +145,8 @@ def bench_sweep_db(dsn: str, workers: int) -> dict:
     ensure_run(conn, run)
     refs = discover_references(conn)
     # unused for two days (backdated, as the demo does), swept with a 24-hour grace: cut-offs never pass now
-    conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days' WHERE unused")
+    conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days', created_at = now() - interval '2 days' "
+                 "WHERE unused")
     cutoff = datetime.now(timezone.utc) - timedelta(hours=24)
     shards = split_key_space(conn, workers)
     results: list = [None] * len(shards)
@@ -202,6 +242,13 @@ def main() -> int:
               f"{m['ratio_first']:>6.1f}x   ({m['flipped']:,} flips)")
         print(f"{m['blobs']:>10,} {'no flips':>10} {m['seed_noflip_s']:>10.2f} {m['ours_noflip_s']:>8.3f} "
               f"{m['ratio_noflip']:>6.1f}x   (one connection: {m['ours_noflip_1worker_s']:.3f}s)")
+    print("\n## mark, blobgc-owned state (a collection: blobgc.mark_<name>) beside app_blob's columns")
+    print(f"{'blobs':>10} {'pass':>10} {'columns':>8} {'owned':>8} {'owned/columns':>14} {'seed loop/owned':>16}")
+    for m in results["mark"]:
+        print(f"{m['blobs']:>10,} {'first':>10} {m['ours_first_s']:>8.3f} {m['owned_first_s']:>8.3f} "
+              f"{m['owned_vs_column_first']:>13.2f}x {m['seed_first_s'] / m['owned_first_s']:>15.1f}x")
+        print(f"{m['blobs']:>10,} {'no flips':>10} {m['ours_noflip_s']:>8.3f} {m['owned_noflip_s']:>8.3f} "
+              f"{m['owned_vs_column_noflip']:>13.2f}x {m['seed_vs_owned_noflip']:>15.1f}x")
     if len(results["mark"]) > 1:
         a, b = results["mark"][0], results["mark"][-1]
         growth = b["blobs"] / a["blobs"]

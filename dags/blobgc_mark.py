@@ -1,20 +1,21 @@
 """
-### blobgc_mark: mark blobs unused from every reference found (seed 000)
+### blobgc_mark: mark every collection's rows unused from the references found (seed 000)
 
 Seed 000 tries to `DELETE` each blob inside a PL/pgSQL loop and relies on `ON DELETE RESTRICT`
-to tell it which blobs are referenced. This DAG does the same job set-based:
+to tell it which blobs are referenced. This DAG does the same job set-based, for every collection
+of the collections file (CONTRACT §6; Param `collections` picks some):
 
-1. **check_references** discovers every foreign key to `app.blob` (to its id or any unique column,
-   one column or several; a table added later counts with no configuration) and checks the extra
-   reference queries of Variable `blobgc_extra_blob_references` (each must run, read-only, and
-   return one column of blob ids). A reference blobgc cannot follow fails the run here, before
-   anything is written.
-2. **remove_stale_page_usages** deletes `app.page_using_blob` rows not confirmed within
+1. **check_references** checks the collections file and each selected collection against the
+   database: its table and columns, every foreign key to its id or any unique column (one column or
+   several; a table added later counts with no configuration), and its `references` queries (plus,
+   for `app_blob`, Variable `blobgc_extra_blob_references`). Anything wrong fails the run here, naming
+   the collection and the field, before anything is written.
+2. **remove_stale_page_usages** (app_blob) deletes `app.page_using_blob` rows not confirmed within
    `page_grace_days`, in batches of `batch_size`.
-3. **mark_blobs** walks the blob table in key ranges of 100,000 ids, one short transaction each on
-   two connections, flipping `unused` only where it changes (NULL-safe: a NULL reference references
-   nothing) and stamping `updated_at` at the flip; `visibility` is `PUBLIC` exactly when an in-use
-   page usage remains.
+3. **mark_blobs**, one mapped task per collection, walks its table in id ranges of 100,000, one short
+   transaction each on two connections (NULL-safe: a NULL reference references nothing). `app_blob`
+   flips its own `unused` (stamping `updated_at`) and `visibility` columns; any other collection's
+   state is kept in `blobgc.mark_<name>`, never in the user's table.
 4. **publish_marks** records the run's report and emits the `blobgc_marked_blobs` Asset that
    schedules `blobgc_sweep`. A dry run changes nothing and does not trigger the sweep.
 
@@ -28,38 +29,41 @@ from airflow.sdk import Asset, dag
 
 from blobgc.collectors import mark
 from blobgc.collectors.mark import MarkResult, PageUsagesRemoved
-from blobgc.core.references import discover_references
+from blobgc.core.collections import APP_BLOB
 from blobgc.dag_kit import Step, default_args, destructive_params, gc_step, report_run
-from blobgc.dag_kit.variables import extra_blob_references
+from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
 
 
 @dag(
     dag_id="blobgc_mark",
     schedule="@daily",
     start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
-    params=destructive_params("page_grace_days", 30, "Page usages not confirmed for this many days are removed."),
+    params=destructive_params("page_grace_days", 30, "Page usages not confirmed for this many days are removed.",
+                              collections=collections_param()),
     tags=["blobgc", "seed-000", "mark"],
     doc_md=__doc__,
 )
 def blobgc_mark():
     @gc_step()
     def check_references(step: Step) -> list[str]:
-        return discover_references(step.conn, extra_sql=extra_blob_references()).describe()
+        return [bound.name for bound in checked_collections(step.conn, step.params)]
 
     @gc_step()
-    def remove_stale_page_usages(step: Step) -> PageUsagesRemoved:
+    def remove_stale_page_usages(step: Step, collections: list[str]) -> PageUsagesRemoved:
         return PageUsagesRemoved(mark.remove_stale_page_usages(
             step.conn, step.run, cutoff=step.cutoff(days=step.params["page_grace_days"]),
-            batch_size=step.params["batch_size"]))
+            batch_size=step.params["batch_size"]) if APP_BLOB.name in collections else 0)
 
-    @gc_step()
-    def mark_blobs(step: Step) -> MarkResult:
-        refs = discover_references(step.conn, extra_sql=extra_blob_references())
-        return mark.mark_unused_blobs(step.conn, refs, dry_run=step.run.dry_run, workers=2, connect=step.connect)
+    @gc_step(map_index_template="{{ task.op_kwargs['collection'] }}")
+    def mark_blobs(step: Step, collection: str) -> MarkResult:
+        bound = one_collection(step.conn, collection)
+        return mark.mark_any(step.conn, bound, references(step.conn, bound), dry_run=step.run.dry_run, workers=2,
+                             connect=step.connect)
 
-    removed = remove_stale_page_usages()
-    marks = mark_blobs()
-    check_references() >> removed >> marks
+    checked = check_references()
+    removed = remove_stale_page_usages(checked)
+    marks = mark_blobs.expand(collection=checked)
+    removed >> marks
     report_run("publish_marks", outlets=[Asset("blobgc_marked_blobs")], skip_dry_run=True,
                page_usages=PageUsagesRemoved, marks=MarkResult)(page_usages=removed, marks=marks)
 

@@ -1,16 +1,19 @@
 """
-### blobgc_reconcile: the bucket against the database, shard by shard (seed 001 §5)
+### blobgc_reconcile: the buckets against the database, shard by shard (seed 001 §5)
 
 Seed 001's "cleaning after the cleaning", the second way: listing first, then the database.
 
-1. **plan_shards** walks the bucket for its shards (one listing call per shard found): each key
-   layout's prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from `blobgc.core.keys`) cut by leading
-   characters, plus one shard per unknown top-level folder. Param `prefixes` limits a run.
+1. **plan_shards** checks the collections file and walks the bucket for its shards (one listing call
+   per shard found): each key layout's prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from
+   `blobgc.core.keys`) cut by leading characters, each collection's key prefixes (in its own bucket),
+   plus one shard per unknown top-level folder. Param `prefixes` limits a run; Param `collections`
+   limits it to those collections' shards. Collections whose key columns have no index are warned of.
 2. **reconcile_shard** (mapped) lists a page of up to 1000 keys, asks the database in one query which
    of them a row accounts for, and owes the others whose `LastModified` is older than the run's
    reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the
-   listing). Keys of no known layout are reported, never deleted; rows whose object is missing are
-   recorded, never "fixed". A checkpoint per page lets a retry resume where it stopped.
+   listing). Keys of no known layout (or no template of their collection) are reported, never
+   deleted; rows whose object is missing are recorded, never "fixed". A checkpoint per page lets a
+   retry resume where it stopped.
 3. **delete_owed_objects** deletes the orphans; each layout's guard keeps a key a row claimed since.
 4. **report** records the totals; findings are in `blobgc.reconcile_finding`.
 
@@ -26,6 +29,7 @@ from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult
 from blobgc.core.outbox import DrainResult
 from blobgc.dag_kit import S3_POOL, Step, default_args, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 from blobgc.dag_kit.variables import blob_bucket
 
 
@@ -35,7 +39,7 @@ from blobgc.dag_kit.variables import blob_bucket
     start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
     params=destructive_params(
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
-        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS,
+        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),
         prefixes=Param(None, type=["null", "array"], items={"type": "string"},
                        description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].')),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
@@ -44,13 +48,20 @@ from blobgc.dag_kit.variables import blob_bucket
 def blobgc_reconcile():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
-        shards = reconcile.discover_shards(step.s3, blob_bucket(), step.params["prefixes"], conn=step.conn)
+        collections = checked_collections(step.conn, step.params, index_warnings=True)
+        shards = reconcile.discover_shards(step.s3, blob_bucket(), step.params["prefixes"], conn=step.conn,
+                                           collections=collections, seeds=not step.params["collections"])
         return [s.to_xcom() for s in shards]
 
-    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['prefix'] or '(top level)' }}")
+    @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
+                                               "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
+                                               "{{ s['prefix'] or '(top level)' }}")
     def reconcile_shard(step: Step, shard: dict) -> ShardResult:
-        return reconcile.reconcile_shard(step.conn, step.s3, step.run, Shard.from_xcom(shard), bucket=blob_bucket(),
-                                         cutoff=step.cutoff(hours=step.params["min_age_hours"]))
+        part = Shard.from_xcom(shard)
+        return reconcile.reconcile_shard(
+            step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(),
+            cutoff=step.cutoff(hours=step.params["min_age_hours"]),
+            collection=one_collection(step.conn, part.collection) if part.collection else None)
 
     shards = reconcile_shard.expand(shard=plan_shards())
     drained = drain_owed_objects()()

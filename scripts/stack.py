@@ -420,7 +420,9 @@ def up_airflow(env: dict[str, str]) -> None:
 
 # ---------------------------------------------------------------- migrations
 def migrate(env: dict[str, str]) -> None:
-    subprocess.run([str(VENV_BIN / "python"), "-m", "blobgc.core.migrate"], env=process_env(env), check=True)
+    """blobgc's migrations (schema blobgc), then the demo application's own (schemas app and gen)."""
+    for module in ("blobgc.core.migrate", "demo_app.migrate"):
+        subprocess.run([str(VENV_BIN / "python"), "-m", module], env=process_env(env), check=True)
 
 
 # ---------------------------------------------------------------- commands

@@ -15,6 +15,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from blobgc.core.clients import pg_connect, redis_from_env, s3_client_from_env
 from blobgc.core.migrate import apply_migrations
+from demo_app.migrate import apply_app_migrations
 from tests.helpers import TEST_DB
 
 # fixtures of the seeds' test kits (tests/support/), shared by the tests of a collector, its DAG and its app
@@ -65,6 +66,7 @@ def test_dsn(stack) -> str:
     dsn = make_conninfo(stack["BLOBGC_PG_DSN"], dbname=TEST_DB)
     with psycopg.connect(dsn) as conn:
         apply_migrations(conn)
+        apply_app_migrations(conn)
     parts = conninfo_to_dict(dsn)
     os.environ["BLOBGC_PG_DSN"] = dsn
     os.environ["AIRFLOW_CONN_BLOBGC_POSTGRES"] = (

@@ -54,7 +54,8 @@ def make_blobs(conn, s3, bucket: str, n: int, *, prefix: str = "b", size: int = 
 def set_unused_since(conn, ids: list[str], age: str) -> None:
     """As if an earlier mark found these blobs unused `age` ago."""
     with conn.transaction():
-        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - %(age)s::interval "
+        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - %(age)s::interval, "
+                     "created_at = least(created_at, now() - %(age)s::interval) "
                      "WHERE id = ANY(%(ids)s::text[])", {"ids": ids, "age": age})
 
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import psycopg
 
 from blobgc.core import queries
-from demo_app.blobs import attach_blob, upload_blob
 from blobgc.core.clients import pg_connect_from_env, s3_client_from_env
-from demo_app.blobs import poll_page_usage
+from blobgc.core.collections import bind, ensure_mark_table, load_collections
 from blobgc.core.sizes import human_bytes
+from demo_app.blobs import attach_blob, poll_page_usage, upload_blob
+from demo_app.studio import add_clip, upload_asset, use_as_cover
 
 # the bucket the DAGs will sweep: Variable blobgc_bucket, as AIRFLOW_VAR_* or its default
 BUCKET = os.environ.get("AIRFLOW_VAR_BLOBGC_BUCKET", "blobgc")
@@ -243,8 +244,34 @@ def load_seed_004(conn: psycopg.Connection, s3) -> str:
             "has 1 thumbnail whose master is gone (written 2 days ago)")
 
 
+def load_studio(conn: psycopg.Connection, s3) -> str:
+    """The second application (collection studio_assets): covers, clips, a shared content object, and garbage."""
+    def asset(name: str, content: bytes | None = None) -> str:
+        return upload_asset(conn, s3, BUCKET, content or f"studio {name}".encode() * 64, kind="png",
+                            preview=b"preview " + name.encode())
+
+    for project in (1, 2):
+        use_as_cover(conn, project, asset(f"cover-{project}"))
+        add_clip(conn, project, asset(f"clip-{project}"))
+    use_as_cover(conn, 3, None)  # a project without a cover: a NULL reference references nothing
+    shared = b"the same bytes, uploaded twice" * 64
+    add_clip(conn, 2, asset("shared-in-use", shared))
+    garbage = [asset("shared-unused", shared), asset("unused-1"), asset("unused-2")]
+    fresh = asset("unused-but-new")
+    with conn.transaction():
+        conn.execute(queries.load("demo/backdate_studio_assets"), {"ids": garbage, "age": "3 days"})
+    # as if an earlier mark had found the garbage unused two days ago (blobgc keeps this state, not the app)
+    found = load_collections(default_bucket=BUCKET)["studio_assets"]
+    bound = bind(conn, found, default_bucket=BUCKET)
+    ensure_mark_table(conn, bound)
+    with conn.transaction():
+        conn.execute(queries.load("demo/insert_studio_marks"), {"ids": garbage + [fresh], "age": "2 days"})
+    return ("studio (collection studio_assets, uuid ids): 2 covers, 3 clips (one shares its bytes with an unused "
+            "asset), 3 assets unused for 2 days, 1 unused but uploaded just now")
+
+
 DEMO_LOADERS: list[Callable[[psycopg.Connection, object], str]] = [
-    load_seed_000, load_seed_001, load_seed_002, load_seed_003, load_seed_004, load_reconcile_cases,
+    load_seed_000, load_seed_001, load_seed_002, load_seed_003, load_seed_004, load_reconcile_cases, load_studio,
 ]
 
 # Every DAG, in the order the demo runs them, with the conf of each run (or what makes it).
@@ -308,6 +335,13 @@ def print_summary(conn: psycopg.Connection, since: datetime) -> None:
             total = [total[0] + n_rows, total[1] + n_objects, total[2] + n_bytes]
     print(rule)
     print(f"| {'all real runs':<26} | {'real':<7} | {total[0]:>7,} | {total[1]:>8,} | {human_bytes(total[2]):>10} |")
+    print("\nPer collection (real runs; blobgc.reclaim_daily_by_collection)")
+    header = f"| {'collection':<26} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
+    print(header)
+    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
+    for collection, n_rows, n_objects, n_bytes in conn.execute(queries.load("demo/select_collections_since"),
+                                                                {"since": since}):
+        print(f"| {collection:<26} | {n_rows:>7,} | {n_objects:>8,} | {human_bytes(n_bytes):>10} |")
     owed = conn.execute("SELECT count(*), coalesce(sum(cardinality(coalesce(o.keys, l.keys))), 0) "
                         "FROM blobgc.outbox o JOIN blobgc.deletion_log l ON l.id = o.log_id").fetchone()
     print(f"Owed deletions still outstanding: {owed[1]} objects in {owed[0]} log rows")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from blobgc.collectors.mark import mark_unused_blobs
 from blobgc.core.clients import pg_connect
-from blobgc.core.key_space import key_ranges
+from blobgc.core.key_space import IdColumn, key_ranges
 from blobgc.core.references import discover_references
 from tests.helpers import make_blobs
 from tests.support.references import covered
@@ -28,3 +28,20 @@ def test_key_ranges_without_statistics_walk_the_index(conn, s3, bucket):
     ranges = key_ranges(conn, 5)
     assert len(ranges) == 5 and ranges[-1][1] is None
     assert covered(conn, ranges) == 23
+
+
+def test_key_ranges_cover_a_table_of_uuid_ids_and_an_empty_one(conn):
+    """Collections have ids of any ordered type (CONTRACT §6): uuid has no min(), and a table may be empty."""
+    with conn.transaction():
+        conn.execute("CREATE TABLE IF NOT EXISTS public.ks_uuid (id uuid PRIMARY KEY)")
+        conn.execute("TRUNCATE public.ks_uuid")
+    ids = IdColumn("public.ks_uuid", "id", "uuid")
+    assert key_ranges(conn, 10, ids) == [(None, None)]
+    with conn.transaction():
+        conn.execute("INSERT INTO public.ks_uuid SELECT gen_random_uuid() FROM generate_series(1, 95)")
+    ranges = key_ranges(conn, 10, ids)
+    assert len(ranges) == 10
+    covered = sum(conn.execute("SELECT count(*) FROM public.ks_uuid WHERE (%(lo)s::uuid IS NULL OR id >= %(lo)s::uuid) "
+                               "AND (%(hi)s::uuid IS NULL OR id < %(hi)s::uuid)", {"lo": lo, "hi": hi}).fetchone()[0]
+                  for lo, hi in ranges)
+    assert covered == 95

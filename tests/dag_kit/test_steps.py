@@ -39,7 +39,8 @@ class StatsdListener:
 def test_a_sweep_emits_its_reclaim_metrics_once(conn, s3, bucket):
     make_blobs(conn, s3, bucket, 3, size=100)
     with conn.transaction():
-        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - interval '3 days'")
+        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - interval '3 days', "
+                     "created_at = now() - interval '3 days'")
     listener = StatsdListener()
     env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket, "AIRFLOW__METRICS__STATSD_ON": "True",
            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1", "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),

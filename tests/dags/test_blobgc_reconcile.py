@@ -20,7 +20,9 @@ def test_airflow_reconcile_dag_maps_one_task_per_shard(conn, s3, bucket):
     shards = {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint WHERE done")}
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     mapped = [t for t in instances if t["task_id"] == "reconcile_shard"]
-    expected = {f"pastes/{sha('live')[0]}", f"pastes/{sha('dead')[0]}", "images/3f/", "blobs/a", "tmp/"}
+    # plus one shard per key prefix of the default file's second collection (studio_assets), empty here
+    expected = {f"pastes/{sha('live')[0]}", f"pastes/{sha('dead')[0]}", "images/3f/", "blobs/a", "tmp/",
+                "studio_assets:studio/", "studio_assets:studio-previews/"}
     assert shards == expected
     assert len(mapped) == len(expected)
     assert {t["state"] for t in mapped} == {"success"}

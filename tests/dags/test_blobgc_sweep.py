@@ -19,8 +19,9 @@ def test_airflow_dags_test_mark_then_sweep_reclaims_garbage(conn, s3, bucket):
     assert mark.returncode == 0, mark.stdout[-3000:] + mark.stderr[-3000:]
     assert conn.execute("SELECT unused FROM app.blob WHERE id = %s", (garbage,)).fetchone()[0] is True
 
-    # grace 0: the blob marked unused a moment ago is old enough
-    sweep = run_dag("blobgc_sweep", conf={"grace_hours": 0}, env_extra=env)
+    # as if the mark had found it unused two days ago (a run's grace can only lengthen the collection's 24 h)
+    set_unused_since(conn, [garbage], "2 days")
+    sweep = run_dag("blobgc_sweep", env_extra=env)
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
     assert {r[0] for r in conn.execute("SELECT id FROM app.blob")} == {kept}
     assert object_keys(s3, bucket) == set(blob_keys(kept))
@@ -32,7 +33,8 @@ def test_airflow_dags_test_mark_then_sweep_reclaims_garbage(conn, s3, bucket):
 def test_airflow_dags_test_dry_run_sweep_deletes_nothing(conn, s3, bucket):
     ids = make_blobs(conn, s3, bucket, 3)
     with conn.transaction():
-        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - interval '3 days'")
+        conn.execute("UPDATE app.blob SET unused = true, updated_at = now() - interval '3 days', "
+                     "created_at = now() - interval '3 days'")
     result = run_dag("blobgc_sweep", conf={"dry_run": True}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
     assert result.returncode == 0, result.stdout[-3000:]
     assert conn.execute("SELECT count(*) FROM app.blob").fetchone()[0] == 3

@@ -18,7 +18,8 @@ EXPECTED_TASKS = {
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
     "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
     "blobgc_media_staging": {"plan_shards", "delete_stale_staging", "delete_owed_objects", "report"},
-    "blobgc_restore": {"plan_restore", "cancel_owed_deletions", "restore_objects", "restore_rows", "report"},
+    "blobgc_restore": {"plan_restore", "cancel_owed_deletions", "restore_objects", "restore_rows",
+                       "collections_with_rows", "restore_collection_rows", "report"},
     "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "delete_owed_objects",
                                 "report"},
 }
@@ -73,6 +74,11 @@ def test_destructive_dag_params(dagbag, dag_id):
     grace, default = GRACE_PARAMS[dag_id]
     if grace is not None:
         assert params[grace] == default
+
+
+@pytest.mark.parametrize("dag_id", ["blobgc_mark", "blobgc_sweep", "blobgc_reconcile", "blobgc_restore"])
+def test_the_collecting_dags_take_the_collections_param_defaulting_to_all(dagbag, dag_id):
+    assert dagbag.dags[dag_id].params["collections"] is None  # CONTRACT §6: a list of names; default all
 
 
 def test_batch_size_over_1000_is_rejected(dagbag):

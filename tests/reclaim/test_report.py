@@ -48,3 +48,23 @@ def test_report_collects_runs_owed_deletions_and_reconcile_findings(conn):
     assert 'data-dag="blobgc_sweep" data-value="310"' in page and "stray/0" in page and "images/9/0.jpg" in page
     with pytest.raises(ValueError, match="days"):
         collect_report(conn, days=0)
+
+
+def test_the_report_filters_the_daily_figures_by_collection(conn):
+    """CONTRACT §6: blobgc.reclaim_daily_by_collection, and the page's filter by collection."""
+    with conn.transaction():
+        conn.execute("INSERT INTO blobgc.run (dag_id, run_id, dry_run, finished_at, rows_deleted, objects_deleted, "
+                     "bytes_reclaimed) VALUES ('blobgc_sweep', 'c1', false, now(), 5, 7, 700)")
+        conn.execute("INSERT INTO blobgc.run_collection (dag_id, run_id, collection, rows_deleted, objects_deleted, "
+                     "bytes_reclaimed) VALUES ('blobgc_sweep', 'c1', 'uploads', 2, 3, 300), "
+                     "('blobgc_sweep', 'c1', 'app_blob', 3, 4, 400)")
+
+    everything = collect_report(conn, days=7)
+    assert everything["collections"] == ["app_blob", "uploads"]
+    assert [(r["rows_deleted"], r["objects_deleted"]) for r in everything["daily"]] == [(5, 7)]
+    uploads = collect_report(conn, days=7, collection="uploads")
+    assert [(r["collection"], r["rows_deleted"], r["objects_deleted"], r["bytes_reclaimed"])
+            for r in uploads["daily"]] == [("uploads", 2, 3, 300)]
+    page = render_page(uploads)
+    assert "blobgc.reclaim_daily_by_collection, collection uploads" in page
+    assert '<b data-collection="uploads">uploads</b>' in page and 'href="?days=7&amp;collection=app_blob"' in page

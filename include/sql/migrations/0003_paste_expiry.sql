@@ -1,4 +1,4 @@
--- Seed 002's paste expiry: the owed Redis purges, "kept" settlements for the re-upload race, and the expiry index.
+-- Seed 002's paste expiry: the owed Redis purges and "kept" settlements for the re-upload race.
 
 -- Cache keys owed a purge: the short codes of one expired batch, inserted in the transaction that
 -- deletes the pastes and removed once Redis has unlinked them. A Redis outage leaves them owed.
@@ -41,7 +41,3 @@ LEFT JOIN LATERAL (
     ORDER BY st.settled_at
     LIMIT 1
 ) kept ON true;
-
--- Expiry walks the not-yet-expired pastes in (expires_at, short_code) order, a batch at a time.
-DROP INDEX app.paste_expiring_idx;
-CREATE INDEX paste_expiring_idx ON app.paste (expires_at, short_code) WHERE status = 'NOT_EXPIRED';

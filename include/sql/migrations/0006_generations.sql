@@ -1,10 +1,6 @@
 -- Seed 003's generation-based collector (Apache James ADR 39): which run opened which generation,
 -- and what each run's collection of each generation did.
 
--- The size of a generation blob's object, for the reclaim report. Nullable: blobs written by other
--- code without it are collected all the same, their bytes counted as unknown.
-ALTER TABLE gen.blob ADD COLUMN IF NOT EXISTS size_bytes bigint;
-
 -- One generation per run of blobgc_generations: a retried open_generation finds its run's row and
 -- opens nothing new.
 CREATE TABLE blobgc.generation_opened (

@@ -1,5 +1,5 @@
 -- Safety review (issue 15): dry-run reports per task part, owed deletions that are parked instead of
--- wedging a drain, keys found absent at drain time, restores that verify, and grace for unbound photos.
+-- wedging a drain, keys found absent at drain time, and restores that verify.
 
 -- A dry run's report is written per part of the run (a sweep's id range, a media shard, the page usages):
 -- a retried task first takes its part's report back, so it never counts twice. Real runs count in the
@@ -70,18 +70,3 @@ LEFT JOIN LATERAL (
 ALTER TABLE blobgc.restore_item DROP CONSTRAINT restore_item_outcome_check;
 ALTER TABLE blobgc.restore_item ADD CONSTRAINT restore_item_outcome_check
     CHECK (outcome IN ('restored', 'already_restored', 'cancelled', 'not_restored', 'failed'));
-
--- Seed 001: a photo's grace counts from the moment it became unbound, whoever unbound it. ON DELETE SET
--- NULL on app.image.offer_id unbinds without touching last_update; this trigger stamps it.
-CREATE FUNCTION app.stamp_image_unbound() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF NEW.offer_id IS NULL AND OLD.offer_id IS NOT NULL THEN
-        NEW.last_update := now();
-    END IF;
-    RETURN NEW;
-END;
-$$;
-
-CREATE TRIGGER image_unbound BEFORE UPDATE OF offer_id ON app.image
-FOR EACH ROW EXECUTE FUNCTION app.stamp_image_unbound();

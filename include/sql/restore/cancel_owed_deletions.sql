@@ -3,6 +3,7 @@ WITH cancelled AS (
     DELETE FROM blobgc.outbox o
     USING blobgc.deletion_log l
     WHERE o.log_id = l.id AND l.dag_id = %(dag_id)s AND l.run_id = %(run_id)s AND NOT l.dry_run
+      AND (%(sources)s::text[] IS NULL OR l.source = ANY(%(sources)s::text[]))
     RETURNING l.bucket, coalesce(o.keys, l.keys) AS keys
 )
 INSERT INTO blobgc.restore_item (restore_run_id, source_dag_id, source_run_id, kind, bucket, item, outcome, detail)

@@ -1,8 +1,8 @@
 -- Add to (or, with replace, set) one part's counts of a dry run's report, moving the run's totals by the same
 -- difference; old_rows, old_objects and old_bytes are the part's counts before, read (and locked) by select_part_counts in the same transaction.
 WITH part AS (
-    INSERT INTO blobgc.run_part AS p (dag_id, run_id, part, rows_deleted, objects_deleted, bytes_reclaimed)
-    VALUES (%(dag_id)s, %(run_id)s, %(part)s, %(rows)s, %(objects)s, %(bytes)s)
+    INSERT INTO blobgc.run_part AS p (dag_id, run_id, part, rows_deleted, objects_deleted, bytes_reclaimed, collection)
+    VALUES (%(dag_id)s, %(run_id)s, %(part)s, %(rows)s, %(objects)s, %(bytes)s, %(collection)s)
     ON CONFLICT (dag_id, run_id, part) DO UPDATE
     SET rows_deleted    = excluded.rows_deleted    + CASE WHEN %(replace)s THEN 0 ELSE p.rows_deleted END,
         objects_deleted = excluded.objects_deleted + CASE WHEN %(replace)s THEN 0 ELSE p.objects_deleted END,

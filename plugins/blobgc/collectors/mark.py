@@ -1,5 +1,10 @@
-"""Seed 000's marking, set-based: flip `app.blob.unused` to match the references found, range by range,
+"""Seed 000's marking, set-based: record which rows of a collection no reference points at, range by range,
 after forgetting the page usages that were not confirmed within the page grace.
+
+`app_blob` keeps its mark in its own columns (`unused`, stamped `updated_at`, and `visibility`,
+CONTRACT §3): `mark_unused_blobs`. Every other collection keeps it in blobgc's own table
+`blobgc.mark_<name>`, which holds the ids found unused and since when: `mark_collection`. Nothing
+is ever written to a user's table.
 
 The seed tries to DELETE every blob inside a PL/pgSQL loop with one EXCEPTION block (a
 subtransaction) per row, all in one transaction. Here each key range is one short transaction
@@ -19,7 +24,8 @@ import psycopg
 from psycopg import sql
 
 from blobgc.core import queries
-from blobgc.core.key_space import key_ranges
+from blobgc.core.collections import BoundCollection, ensure_mark_table
+from blobgc.core.key_space import KeyRange, key_ranges
 from blobgc.core.references import ReferenceSet, referenced_ids_query
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts, set_counts
@@ -66,28 +72,7 @@ def mark_unused_blobs(
                      lo or "start", hi or "end", unused, used, visibility, " (dry run)" if dry_run else "")
         return unused, used, visibility
 
-    if workers > 1 and len(ranges) > 1:
-        if connect is None:
-            raise ValueError("workers > 1 needs `connect` to open one connection per worker")
-        local = threading.local()
-        opened: list[psycopg.Connection] = []
-        lock = threading.Lock()
-
-        def in_worker(bounds: tuple[str | None, str | None]) -> tuple[int, int, int]:
-            if not hasattr(local, "conn"):
-                local.conn = connect()
-                with lock:
-                    opened.append(local.conn)
-            return mark_range(local.conn, *bounds)
-
-        try:
-            with ThreadPoolExecutor(workers) as pool:
-                counts = list(pool.map(in_worker, ranges))
-        finally:
-            for c in opened:
-                c.close()
-    else:
-        counts = [mark_range(conn, lo, hi) for lo, hi in ranges]
+    counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
     result = MarkResult(
         became_unused=sum(c[0] for c in counts),
         became_used=sum(c[1] for c in counts),
@@ -98,6 +83,89 @@ def mark_unused_blobs(
              result.ranges, result.became_unused, result.became_used, result.visibility_changed,
              " (dry run: nothing written)" if dry_run else "")
     return result
+
+
+def in_ranges(conn: psycopg.Connection, ranges: list[KeyRange],
+              mark_range: Callable[[psycopg.Connection, str | None, str | None], tuple[int, ...]], *,
+              workers: int, connect: Callable[[], psycopg.Connection] | None) -> list[tuple[int, ...]]:
+    """`mark_range` over every range: on `conn`, or with `workers` > 1 on that many connections from `connect`."""
+    if workers <= 1 or len(ranges) <= 1:
+        return [mark_range(conn, lo, hi) for lo, hi in ranges]
+    if connect is None:
+        raise ValueError("workers > 1 needs `connect` to open one connection per worker")
+    local = threading.local()
+    opened: list[psycopg.Connection] = []
+    lock = threading.Lock()
+
+    def in_worker(bounds: KeyRange) -> tuple[int, ...]:
+        if not hasattr(local, "conn"):
+            local.conn = connect()
+            with lock:
+                opened.append(local.conn)
+        return mark_range(local.conn, *bounds)
+
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(in_worker, ranges))
+    finally:
+        for c in opened:
+            c.close()
+
+
+def collection_sql(bound: BoundCollection, name: str, **parts: sql.Composable) -> sql.Composed:
+    """A collections/ statement with the collection's table, id column and type, and mark table filled in."""
+    c = bound.collection
+    return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
+                                              type=sql.SQL(bound.id_type), marks=c.mark_table, **parts)
+
+
+def mark_collection(
+    conn: psycopg.Connection,
+    bound: BoundCollection,
+    refs: ReferenceSet,
+    *,
+    range_size: int = DEFAULT_RANGE_SIZE,
+    dry_run: bool = False,
+    workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
+) -> MarkResult:
+    """Record, in `blobgc.mark_<name>`, the collection's rows that no reference points at now, one range per
+    transaction; forget those referenced again or gone. The moment a row is first found unused is when its grace
+    starts. A dry run counts and writes nothing (not even the mark table)."""
+    if not dry_run:
+        ensure_mark_table(conn, bound)
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"blobgc.mark_{bound.name}",)).fetchone()[0]
+    referenced = referenced_ids_query(refs, "range")
+    if exists:
+        found = collection_sql(bound, "collections/select_found_marks", referenced=referenced)
+        statement = collection_sql(bound, "collections/count_marks" if dry_run else "collections/update_marks",
+                                   found=found)
+    else:  # a dry run before the first real mark: every unreferenced row would be recorded
+        statement = collection_sql(bound, "collections/count_unreferenced_rows", referenced=referenced)
+    ranges = key_ranges(conn, range_size, bound.id_column)
+
+    def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:
+        with c.transaction():
+            unused, used = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
+        if unused or used:
+            log.info("%s range [%s, %s): %d became unused, %d became used%s", bound.name, lo or "start",
+                     hi or "end", unused, used, " (dry run)" if dry_run else "")
+        return unused, used
+
+    counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
+    result = MarkResult(became_unused=sum(c[0] for c in counts), became_used=sum(c[1] for c in counts),
+                        ranges=len(ranges))
+    log.info("collection %s: marked %d ranges: %d rows became unused, %d became used%s", bound.name, result.ranges,
+             result.became_unused, result.became_used, " (dry run: nothing written)" if dry_run else "")
+    return result
+
+
+def mark_any(conn: psycopg.Connection, bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool = False,
+             workers: int = 1, connect: Callable[[], psycopg.Connection] | None = None) -> MarkResult:
+    """Mark one collection: app_blob in its own columns (`mark_unused_blobs`), any other in its mark table."""
+    if bound.collection.column_mode:
+        return mark_unused_blobs(conn, refs, dry_run=dry_run, workers=workers, connect=connect)
+    return mark_collection(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect)
 
 
 @dataclass

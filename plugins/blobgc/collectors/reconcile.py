@@ -13,6 +13,12 @@ from a fixed table, and each is reconciled page by page in constant memory:
    objects, never "fixed";
 6. the checkpoint moves past the page in the same transaction, so a retry resumes there.
 
+A collection of the collections file (CONTRACT §6) other than app_blob (which is seed 000's source
+above) is one shard per literal prefix of its key templates, in its own bucket: each key is parsed
+with the templates, one query per page asks the table which parsed column values have a row, a key
+that parses and has none is an orphan (under the same age floor), and a key under the prefix that
+fits no template is reported, never deleted.
+
 The age floor applies to the deletion, never to the listing: the cutoff is the earlier of the
 run's reference time minus `min_age_hours` and the moment the shard's listing started, so an
 object uploaded after the listing started can never be an orphan. A row inserted between the
@@ -29,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from blobgc.core import queries
+from blobgc.core.collections import BoundCollection, accounted_keys
 from blobgc.core.keys import (
     BLOB_OBJECTS,
     IMAGE_FILES,
@@ -92,19 +99,36 @@ SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
 
 @dataclass(frozen=True)
 class Shard(TaskResult):
-    """A part of the bucket reconciled by one mapped task: a source's shard, or keys of no known source."""
+    """A part of a bucket reconciled by one mapped task: a source's shard, a collection's prefix, or keys of no
+    known source."""
 
     prefix: str
-    source: str | None  # None: every key here matches no known layout
+    source: str | None  # None: every key here matches no known layout (unless `collection` is set)
+    collection: str | None = None  # a collection's prefix, in the collection's own bucket
+    bucket: str | None = None  # None: the run's bucket
 
     @property
     def name(self) -> str:
+        if self.collection:
+            return f"{self.collection}: {self.prefix}"
         return self.prefix or "(top level)"
+
+    @property
+    def checkpoint(self) -> str:
+        """The shard's name in blobgc.reconcile_checkpoint (a collection's prefix may repeat in another bucket)."""
+        return f"{self.collection}:{self.prefix}" if self.collection else self.prefix
+
+
+def collection_shards(collections: list[BoundCollection]) -> list[Shard]:
+    """One shard per literal prefix of each collection's key templates (app_blob is seed 000's source instead)."""
+    return [Shard(prefix, None, bound.name, bound.bucket) for bound in collections
+            if not bound.collection.column_mode for prefix in bound.collection.prefixes]
 
 
 
 def discover_shards(
-    s3, bucket: str, prefixes: list[str] | None = None, conn: psycopg.Connection | None = None
+    s3, bucket: str, prefixes: list[str] | None = None, conn: psycopg.Connection | None = None,
+    collections: list[BoundCollection] | None = None, seeds: bool = True,
 ) -> list[Shard]:
     """Walk the bucket for its shards: one listing call per shard found, never a fixed list.
 
@@ -113,23 +137,35 @@ def discover_shards(
     still has its missing objects found). Keys outside every source's prefix get one shard per
     top-level folder (and one for loose keys at the top), reported as unknown. `prefixes` keeps
     the shards within (or containing) any of them.
+
+    `collections` adds each collection's shards (`collection_shards`); a top-level folder that holds
+    a collection's prefix in this bucket is the collection's, not unknown. Without `seeds`, only the
+    collections' shards (and app_blob's, when it is one of them) are planned: a run limited by the
+    Param `collections`.
     """
+    collections = collections or []
     shards: list[Shard] = []
-    for source in KEY_SOURCES:
+    seed_sources = KEY_SOURCES if seeds else tuple(
+        s for s in KEY_SOURCES if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections))
+    for source in seed_sources:
         found = set(leading_shards(s3, bucket, source.prefix, source.layout.shard_chars))
         if conn is not None:
             found |= {source.prefix + r[0] for r in conn.execute(queries.load(source.shards_query)) if r[0]}
         shards += [Shard(prefix, source.name) for prefix in sorted(found)]
-    known = tuple(s.prefix for s in KEY_SOURCES)
-    top = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Delimiter="/")
-    loose = False
-    for page in top:
-        for folder in page.get("CommonPrefixes") or []:
-            if folder["Prefix"] not in known:
-                shards.append(Shard(folder["Prefix"], None))
-        loose = loose or bool(page.get("Contents"))
-    if loose:
-        shards.append(Shard("", None))
+    own = collection_shards(collections)
+    shards += own
+    if seeds:
+        known = tuple(s.prefix for s in KEY_SOURCES)
+        claimed = tuple(s.prefix for s in own if s.bucket == bucket)
+        top = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Delimiter="/")
+        loose = False
+        for page in top:
+            for folder in page.get("CommonPrefixes") or []:
+                if folder["Prefix"] not in known and not any(c.startswith(folder["Prefix"]) for c in claimed):
+                    shards.append(Shard(folder["Prefix"], None))
+            loose = loose or bool(page.get("Contents"))
+        if loose:
+            shards.append(Shard("", None))
     if prefixes:
         shards = [s for s in shards if any(s.prefix.startswith(p) or (p.startswith(s.prefix) and s.prefix)
                                            for p in prefixes)]
@@ -167,7 +203,7 @@ def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int =
     asks for that page, after every earlier page was checked.
     """
     kwargs = {"Bucket": bucket, "Prefix": shard.prefix, "MaxKeys": page_size}
-    if shard.source is None and shard.prefix == "":
+    if shard.source is None and shard.collection is None and shard.prefix == "":
         kwargs["Delimiter"] = "/"  # loose keys at the top only; the folders are shards of their own
 
     def fetch(after: str) -> dict:
@@ -203,6 +239,8 @@ def check_page(
     if source is None:
         result.unknown = [o["Key"] for o in contents]
         return result, pending
+    if isinstance(source, BoundCollection):
+        return check_collection_page(conn, source, contents, cutoff, result), pending
     refs: dict[str, str] = {}
     for item in contents:
         ref = source.layout.identity(item["Key"])
@@ -247,6 +285,23 @@ def check_page(
     return result, next_pending
 
 
+def check_collection_page(conn: psycopg.Connection, bound: BoundCollection, contents: list[dict], cutoff: datetime,
+                          result: PageResult) -> PageResult:
+    """A collection's page: keys that fit a template and have no row are orphans (once old enough); keys that
+    fit no template are reported. One query per page asks the table (`blobgc.core.collections.accounted_keys`)."""
+    accounted, unparsed = accounted_keys(conn, bound, (o["Key"] for o in contents))
+    for item in contents:
+        key = item["Key"]
+        if key in unparsed:
+            result.unknown.append(key)
+        elif key not in accounted:
+            if item["LastModified"] < cutoff:
+                result.orphans.append((key, int(item.get("Size") or 0)))
+            else:
+                result.young += 1
+    return result
+
+
 def check_age_floor(run: RunRef, cutoff: datetime) -> None:
     """Refuse a cut-off less than MIN_AGE_FLOOR_HOURS before the run's reference time (a min_age_hours below 1)."""
     if run.reference_time is not None and run.reference_time - cutoff < timedelta(hours=MIN_AGE_FLOOR_HOURS):
@@ -264,14 +319,24 @@ def reconcile_shard(
     bucket: str,
     cutoff: datetime,
     page_size: int = PAGE,
+    collection: BoundCollection | None = None,
 ) -> ShardResult:
-    """Reconcile one shard from its checkpoint to its end (see the module docstring)."""
-    source = SOURCES_BY_NAME.get(shard.source) if shard.source else None
+    """Reconcile one shard from its checkpoint to its end (see the module docstring); a collection's shard needs
+    the collection, bound (`collection`)."""
+    if shard.collection is not None:
+        if collection is None or collection.name != shard.collection:
+            raise ValueError(f"shard {shard.name} needs collection {shard.collection} bound")
+        source: KeySource | BoundCollection | None = collection
+        bucket = collection.bucket
+        source_name: str | None = collection.collection.source
+    else:
+        source = SOURCES_BY_NAME.get(shard.source) if shard.source else None
+        source_name = shard.source
     check_age_floor(run, cutoff)
     # never judge an object written after this listing started, whatever the floor (S3 lists
     # LastModified to the second, hence the margin)
     cutoff = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)
-    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": shard.prefix}
+    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": shard.checkpoint}
                        ).fetchone()
     result = ShardResult(shard.name)
     if row and row[3]:
@@ -285,21 +350,22 @@ def reconcile_shard(
         page, pending = check_page(conn, source, shard, contents, cutoff, pending, last_page)
         with conn.transaction():
             if page.orphans:
-                record_deletions(conn, run, source=source.name, bucket=bucket,
+                record_deletions(conn, run, source=source_name, bucket=bucket,
                                  keys=[k for k, _ in page.orphans], sizes=[s for _, s in page.orphans])
             if page.unknown:
                 conn.execute(queries.load("reconcile/insert_findings"), {
                     "run_id": run.run_id, "kind": "unknown_key", "bucket": bucket, "keys": page.unknown,
-                    "source": None})
+                    "source": source_name if shard.collection else None})
             if page.missing:
                 conn.execute(queries.load("reconcile/insert_findings"), {
                     "run_id": run.run_id, "kind": "missing_object", "bucket": bucket, "keys": page.missing,
-                    "source": source.name if source else None})
+                    "source": source_name})
             orphan_bytes = sum(s for _, s in page.orphans)
             if run.dry_run:
-                add_counts(conn, run, objects=len(page.orphans), bytes_=orphan_bytes)
+                add_counts(conn, run, objects=len(page.orphans), bytes_=orphan_bytes, part=shard.checkpoint,
+                           collection=shard.collection)
             conn.execute(queries.load("reconcile/upsert_checkpoint"), {
-                "run_id": run.run_id, "shard": shard.prefix,
+                "run_id": run.run_id, "shard": shard.checkpoint,
                 "start_after": contents[-1]["Key"] if contents else start_after,
                 "pending_ref": pending[0], "pending_keys": pending[1], "keys": page.keys,
                 "orphans": len(page.orphans), "orphan_bytes": orphan_bytes, "young": page.young,

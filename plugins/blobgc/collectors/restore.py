@@ -11,16 +11,20 @@ so removing the recorded one is not enough: for each object, every delete marker
 version is removed, and a HEAD then checks that the object is back. One still missing is reported
 as failed, and the row it belongs to is not put back.
 
-Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): seed
-000's `app.blob`, whose sweep logs each deleted row. They return *used* (`unused = false`,
-`updated_at = now()`), so no sweep takes them again before the next mark has looked at their
-references. For every other source the report says, per source, why its rows cannot come back.
+Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): the
+collections' rows (CONTRACT §6), whose sweep logs each deleted row. app_blob's return *used*
+(`unused = false`, `updated_at = now()`); any other collection's return as they were, with no mark,
+so the next mark starts their grace again. Either way no sweep takes them again before a mark has
+looked at their references. For every other source the report says, per source, why its rows
+cannot come back. A restore can be limited to some collections (`sources`): only their objects,
+owed deletions and rows are touched.
 
 Every object, row and cancelled owed deletion is recorded in `blobgc.restore_item`: a retried task
 skips what is already there, so a restore can be re-run safely.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +33,10 @@ from dataclasses import dataclass, field
 import psycopg
 from botocore.exceptions import ClientError
 
+from psycopg import sql
+
 from blobgc.core import queries
+from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection
 from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, versioning_status
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
@@ -66,6 +73,12 @@ class RestorePlan(TaskResult):
     objects_deleted: int
     objects_owed: int
     rows_logged: int
+    sources: list[str] | None = None  # only these deletion-log sources (a restore limited to some collections)
+    collections: list[str] = field(default_factory=list)  # collections (other than app_blob) with rows to put back
+
+    def params(self, run: RunRef) -> dict:
+        return {"restore_run_id": run.run_id, "dag_id": self.source_dag_id, "run_id": self.source_run_id,
+                "sources": self.sources}
 
 
 
@@ -99,11 +112,15 @@ def find_source_run(conn: psycopg.Connection, run_id: str, dag_id: str | None) -
     return real[0]
 
 
-def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None) -> RestorePlan:
-    """Check that the run can be undone (every bucket it deleted from is versioned) and size the work."""
+def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None,
+                 sources: list[str] | None = None) -> RestorePlan:
+    """Check that the run can be undone (every bucket it deleted from is versioned) and size the work.
+
+    `sources` limits the restore to those deletion-log sources (some collections'); None is all of them.
+    """
     source_dag, source_run = find_source_run(conn, run_id, dag_id)
-    row = conn.execute(queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run}
-                       ).fetchone()
+    row = conn.execute(queries.load("restore/summarize_run_log"),
+                       {"dag_id": source_dag, "run_id": source_run, "sources": sources}).fetchone()
     buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
     unversioned, suspended = [], []
     for bucket in buckets:
@@ -134,7 +151,12 @@ def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None =
             "deleted there are gone for good and no delete marker can be removed. Nothing was changed. To make "
             "later runs undoable, enable versioning first (aws s3api put-bucket-versioning --bucket NAME "
             "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule.")
-    return RestorePlan(source_dag, source_run, buckets, deleted, owed, rows_logged)
+    logged = [r[0] for r in conn.execute(
+        "SELECT DISTINCT source FROM blobgc.deletion_log WHERE dag_id = %s AND run_id = %s AND NOT dry_run "
+        "AND rows IS NOT NULL ORDER BY source", (source_dag, source_run))]
+    collections = [source[len(COLLECTION_SOURCE):] for source in logged if source.startswith(COLLECTION_SOURCE)
+                   and (sources is None or source in sources)]
+    return RestorePlan(source_dag, source_run, buckets, deleted, owed, rows_logged, sources, collections)
 
 
 def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
@@ -144,8 +166,7 @@ def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePl
         result.cancelled = plan.objects_owed
         return result
     with conn.transaction():
-        cancelled = conn.execute(queries.load("restore/cancel_owed_deletions"), {
-            "restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}).fetchall()
+        cancelled = conn.execute(queries.load("restore/cancel_owed_deletions"), plan.params(run)).fetchall()
     result.cancelled = len(cancelled)
     log.info("cancelled %d owed deletions of %s", result.cancelled, plan.source_run_id)
     return result
@@ -160,8 +181,7 @@ def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan
     then HEAD it. An object that is still missing is recorded as failed, with the reason.
     """
     result = RestoreResult()
-    pending = conn.execute(queries.load("restore/select_deleted_objects"), {
-        "restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}).fetchall()
+    pending = conn.execute(queries.load("restore/select_deleted_objects"), plan.params(run)).fetchall()
     by_bucket: dict[str, list[tuple[str, str | None]]] = defaultdict(list)
     for bucket, key, version_id in pending:
         by_bucket[bucket].append((key, version_id))
@@ -247,16 +267,21 @@ def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | N
 
 
 def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
-    """Put back the rows the run's log holds (app.blob), and record why every other source's rows cannot come back."""
+    """Put back the app.blob rows the run's log holds, and record why every seed source's rows cannot come back
+    (a collection's rows: `restore_collection_rows`)."""
     result = RestoreResult()
-    params = {"restore_run_id": run.run_id, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}
-    if run.dry_run:
+    params = plan.params(run)
+    if plan.sources is not None and "app.blob" not in plan.sources:
+        log.info("app.blob is not among the collections restored")
+    elif run.dry_run:
         result.restored = conn.execute(queries.load("restore/count_logged_blob_rows"), params).fetchone()[0]
     else:
         with conn.transaction():
             for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), params).fetchall():
                 result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
     for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
+        if source.startswith(COLLECTION_SOURCE) and plan.source_dag_id != RECONCILE_DAG:
+            continue  # a collection's log rows without images: restore_collection_rows reports them
         if plan.source_dag_id == RECONCILE_DAG:
             reason = f"{source}: no rows to restore: reconcile deletes only orphan objects, which no row accounted for"
         else:
@@ -266,6 +291,48 @@ def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> Re
             record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
     log.info("%s %d rows; not restorable: %s", "would restore" if run.dry_run else "restored", result.restored,
              result.reasons or "none")
+    return result
+
+
+def restore_collection_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bound: BoundCollection
+                            ) -> RestoreResult:
+    """Put back one collection's rows from the images the run's log holds, as they were.
+
+    A row is put back only when every object of it that the run deleted is back (`restore_objects`
+    ran first and recorded each); a row whose id exists again is left alone. Both are recorded.
+    """
+    result = RestoreResult()
+    c = bound.collection
+    images, not_back = conn.execute(queries.load("restore/select_logged_collection_rows"),
+                                    {**plan.params(run), "source": c.source}).fetchone()
+    done = {r[0] for r in conn.execute("SELECT item FROM blobgc.restore_item WHERE restore_run_id = %s AND kind = 'row'",
+                                       (run.run_id,))}
+    missing = set(not_back)
+    ready, failed = [], []
+    for image in images:
+        item = f"{c.table} {image[c.id]}"
+        if item in done:
+            continue
+        keys = bound.keys_of({k: v for k, v in image.items()})
+        (failed if missing.intersection(keys) else ready).append((item, image))
+    if run.dry_run:
+        result.restored = len(ready)
+        result.failed = len(failed)
+        return result
+    insert = sql.SQL(queries.load("restore/insert_collection_rows")).format(table=c.table_identifier,
+                                                                           id=sql.Identifier(c.id))
+    with conn.transaction():
+        put_back = {r[0] for r in conn.execute(insert, {"images": json.dumps([i for _, i in ready])})}
+    outcomes = [(item, None, "restored" if str(image[c.id]) in put_back else "not_restored",
+                 None if str(image[c.id]) in put_back else "a row with this id exists again; it was left as it is")
+                for item, image in ready]
+    outcomes += [(item, None, "failed", "its object is still missing after the restore, so the row was not put back")
+                 for item, _ in failed]
+    record_items(conn, run, plan, "row", "", outcomes)
+    for _, _, outcome, detail in outcomes:
+        result.note(outcome, detail if outcome != "restored" else None)
+    log.info("collection %s: restored %d rows of %s; %d not restored, %d failed", bound.name, result.restored,
+             c.table, result.not_restored, result.failed)
     return result
 
 

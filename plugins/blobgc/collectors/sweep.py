@@ -1,11 +1,16 @@
-"""Seed 000's sweep: delete blobs unused for longer than the grace, never one referenced at delete time.
+"""Seed 000's sweep, for any collection: delete rows unused for longer than the grace, never one referenced at
+delete time, and owe every key template's object.
 
 Each batch is one transaction: claim rows with FOR UPDATE SKIP LOCKED (a writer adding a reference
-holds a KEY SHARE lock, so its blob is skipped), delete those that no reference points at (the
+holds a KEY SHARE lock, so its row is skipped), delete those that no reference points at (the
 DELETE statement re-checks every foreign key and declared reference itself, so a key declared
 ON DELETE CASCADE or SET NULL can never remove the referencing rows), and log their object keys and
 owe their deletion in the same transaction. The objects themselves are deleted afterwards from the
 outbox (`blobgc.core.outbox.delete_owed_objects`), which counts only those that existed.
+
+`app_blob` is claimed by its own `unused`/`updated_at` columns; any other collection by its mark
+table `blobgc.mark_<name>` (see `blobgc.collectors.mark`). A collection that names a `created_at`
+column never loses a row created after the cut-off, whatever its mark says.
 """
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ import psycopg
 from psycopg import sql
 
 from blobgc.core import queries
+from blobgc.core.collections import APP_BLOB, BoundCollection, bound_app_blob
 from blobgc.core.key_space import KeyRange
-from blobgc.core.keys import BLOB_OBJECTS, blob_keys
 from blobgc.core.outbox import record_deletions
 from blobgc.core.references import (
     ReferenceSet,
@@ -33,7 +38,7 @@ from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
-SOURCE = BLOB_OBJECTS.source
+SOURCE = APP_BLOB.source
 # ON DELETE RESTRICT raises restrict_violation (23001); NO ACTION raises foreign_key_violation (23503).
 REFERENCE_VIOLATIONS = (psycopg.errors.RestrictViolation, psycopg.errors.ForeignKeyViolation)
 SAMPLE_KEYS = 20
@@ -51,9 +56,45 @@ class SweepResult(TaskResult):
     sample_keys: list[str] = local()
 
 
-def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids: list[str]
-                        ) -> list[tuple[str, int | None, str]]:
-    """Delete the rows of `ids` that no reference points at, inside a savepoint; returns (id, size, row image).
+@dataclass(frozen=True)
+class SweepStatements:
+    """A collection's four statements: claim a batch, delete (or, dry, preview) the unreferenced, forget the kept."""
+
+    select_batch: sql.Composable
+    delete: sql.Composable
+    preview: sql.Composable
+    forget_kept: sql.Composable
+
+
+def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> SweepStatements:
+    c = bound.collection
+    table, id_ = c.table_identifier, sql.Identifier(c.id)
+    b = sql.Identifier("b")
+    key_values = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
+        sql.SQL("{name}, {b}.{col}::text").format(name=sql.Literal(col), b=b, col=sql.Identifier(col))
+        for col in dict.fromkeys(p for t in c.templates for p in t.placeholders)))
+    size = sql.SQL("{b}.{col}").format(b=b, col=sql.Identifier(c.size)) if c.size else sql.SQL("NULL::bigint")
+    created_at = sql.Identifier(c.created_at) if c.created_at else None
+    unreferenced = unreferenced_condition(refs, "b")
+    parts = {"table": table, "id": id_, "type": sql.SQL(bound.id_type), "unreferenced": unreferenced,
+             "key_values": key_values, "size": size, "marks": c.mark_table,
+             "created_before": sql.SQL("t.{c} < %(cutoff)s").format(c=created_at) if created_at else sql.SQL("true"),
+             "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED")}
+
+    def load(name: str) -> sql.Composed:
+        return sql.SQL(queries.load(name)).format(**{k: v for k, v in parts.items() if "{" + k + "}" in
+                                                     queries.load(name)})
+
+    if c.column_mode:
+        return SweepStatements(load("sweep/select_unused_blobs"), load("sweep/delete_blobs"),
+                               load("sweep/select_unreferenced_blobs"), load("sweep/update_blobs_used"))
+    return SweepStatements(load("collections/select_unused_rows"), load("collections/delete_rows"),
+                           load("collections/select_unreferenced_rows"), load("collections/delete_marks"))
+
+
+def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids: list[str]) -> list[tuple]:
+    """Delete the rows of `ids` that no reference points at, inside a savepoint; returns (id, size, key values,
+    row image).
 
     The statement re-checks every reference. Should a foreign key still make it fail (a reference the
     re-check did not know of), ON DELETE RESTRICT is the last guard: the batch is split, and the row
@@ -69,51 +110,55 @@ def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids
     return delete_unreferenced(conn, statement, ids[:mid]) + delete_unreferenced(conn, statement, ids[mid:])
 
 
-def range_part(key_range: KeyRange) -> str:
-    """The name of a sweep's share of a dry-run report: its id range."""
-    return f"ids {key_range[0] or 'start'}..{key_range[1] or 'end'}"
+def range_part(key_range: KeyRange, collection: str = APP_BLOB.name) -> str:
+    """The name of a sweep's share of a dry-run report: its collection (but app_blob, as before) and id range."""
+    ids = f"ids {key_range[0] or 'start'}..{key_range[1] or 'end'}"
+    return ids if collection == APP_BLOB.name else f"{collection} {ids}"
 
 
-def sweep_unused_blobs(
+def sweep_unused_blobs(conn: psycopg.Connection, run: RunRef, refs: ReferenceSet, *, cutoff: datetime, bucket: str,
+                       batch_size: int = 1000, key_range: KeyRange = (None, None)) -> SweepResult:
+    """`sweep_collection` over the demo's app_blob, as CONTRACT §6's example file declares it."""
+    return sweep_collection(conn, run, bound_app_blob(bucket), refs, cutoff=cutoff, batch_size=batch_size,
+                            key_range=key_range)
+
+
+def sweep_collection(
     conn: psycopg.Connection,
     run: RunRef,
+    bound: BoundCollection,
     refs: ReferenceSet,
     *,
     cutoff: datetime,
-    bucket: str,
     batch_size: int = 1000,
     key_range: KeyRange = (None, None),
 ) -> SweepResult:
-    """Delete blobs unused since before `cutoff`, in batches of `batch_size`, owing their objects.
+    """Delete the collection's rows unused since before `cutoff`, in batches of `batch_size`, owing their objects.
 
-    `key_range` [lo, hi) limits the sweep to part of the id space (`blobgc.key_space.split_key_space`),
+    `key_range` [lo, hi) limits the sweep to part of the id space (`blobgc.core.key_space.split_key_space`),
     so several workers (mapped tasks) sweep disjoint parts in parallel; a dry run's report is then
     disjoint too.
     """
     lo, hi = key_range
-    part = range_part(key_range)
+    part = range_part(key_range, bound.name)
     restart_dry_run_part(conn, run, part)  # a retried dry run reports its range once
-    locking = sql.SQL("") if run.dry_run else sql.SQL("FOR UPDATE SKIP LOCKED")
-    select_batch = sql.SQL(queries.load("sweep/select_unused_blobs")).format(locking=locking)
-
-    def statements(found: ReferenceSet) -> tuple[sql.Composable, sql.Composable]:
-        unreferenced = unreferenced_condition(found, "b")
-        return (sql.SQL(queries.load("sweep/delete_blobs")).format(unreferenced=unreferenced),
-                sql.SQL(queries.load("sweep/select_unreferenced_blobs")).format(unreferenced=unreferenced))
-
-    delete, preview = statements(refs)
+    if not bound.collection.column_mode and conn.execute(
+            "SELECT to_regclass(%s) IS NULL", (f"blobgc.mark_{bound.name}",)).fetchone()[0]:
+        log.info("collection %s has not been marked yet: nothing to sweep", bound.name)
+        return SweepResult()
+    found = statements(bound, refs, dry_run=run.dry_run)
     result = SweepResult()
     after: str | None = None
     while True:
         try:
-            batch_result = sweep_batch(conn, run, refs, select_batch, delete, preview, part=part, bucket=bucket,
+            batch_result = sweep_batch(conn, run, bound, refs, found, part=part,
                                        params={"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
                                                "batch_size": batch_size})
         except ReferencesChanged:
             # a foreign key was added since the references were found: the batch rolled back; find them again
             log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
             refs = discover_references(conn, refs.table, refs.extra_sql, refs.id_column)
-            delete, preview = statements(refs)
+            found = statements(bound, refs, dry_run=run.dry_run)
             continue
         if batch_result is None:
             break
@@ -126,50 +171,51 @@ def sweep_unused_blobs(
         result.kept_referenced += len(kept)
         if len(result.sample_keys) < SAMPLE_KEYS:
             result.sample_keys += keys[: SAMPLE_KEYS - len(result.sample_keys)]
-        log.info("%s %d blobs (%s), %d kept as referenced, batch %d",
+        log.info("%s: %s %d rows (%s), %d kept as referenced, batch %d", bound.name,
                  "would delete" if run.dry_run else "deleted", len(deleted), human_bytes(batch_bytes),
                  len(kept), result.batches)
         if len(batch) < batch_size:
             break
-    log.info("%s %d blobs, %d objects (%s) owed; %d referenced blobs kept; sample keys: %s",
+    log.info("%s: %s %d rows, %d objects (%s) owed; %d referenced rows kept; sample keys: %s", bound.name,
              "dry run: would delete" if run.dry_run else "deleted", result.rows_deleted, result.objects_owed,
              human_bytes(result.bytes_owed), result.kept_referenced, result.sample_keys[:5])
     return result
 
 
-def sweep_batch(conn: psycopg.Connection, run: RunRef, refs: ReferenceSet, select_batch: sql.Composable,
-                delete: sql.Composable, preview: sql.Composable, *, part: str, bucket: str, params: dict
+def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet,
+                found: SweepStatements, *, part: str, params: dict
                 ) -> tuple[list, list, list[str], list[str], int] | None:
     """One batch in one transaction: claim, delete what no reference points at, log and owe its objects.
 
-    Returns (claimed rows, deleted rows, kept ids, owed keys, bytes), or None when no blob is left.
+    Returns (claimed rows, deleted rows, kept ids, owed keys, bytes), or None when no row is left.
     Raises ReferencesChanged (the transaction rolled back) when a foreign key appeared meanwhile.
     """
     with conn.transaction():
-        batch = conn.execute(select_batch, params).fetchall()
+        batch = conn.execute(found.select_batch, params).fetchall()
         if not batch:
             return None
         ids = [row[0] for row in batch]
         if run.dry_run:
-            deleted = conn.execute(preview, {"ids": ids}).fetchall()
+            deleted = [(*row, None) for row in conn.execute(found.preview, {"ids": ids}).fetchall()]
         else:
-            deleted = delete_unreferenced(conn, delete, ids)
+            deleted = delete_unreferenced(conn, found.delete, ids)
             check_unchanged(conn, refs)
         gone = {row[0] for row in deleted}
         kept = [i for i in ids if i not in gone]
         if kept and not run.dry_run:
-            conn.execute(queries.load("sweep/update_blobs_used"), {"ids": kept})
+            conn.execute(found.forget_kept, {"ids": kept})
         keys: list[str] = []
         sizes_out: list[int | None] = []
-        for blob_id, size, *_image in deleted:
-            raw, thumb = blob_keys(blob_id)
-            keys += [raw, thumb]
-            sizes_out += [size, None]
-        record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes_out,
-                         rows=[image for _, _, *images in deleted for image in images], part=part)
-        batch_bytes = sum(size or 0 for _, size, *_image in deleted)
+        for _id, size, key_values, _image in deleted:
+            owned = bound.keys_of(key_values)
+            keys += owned
+            sizes_out += [size] + [None] * (len(owned) - 1)  # the size column is the first key's object's
+        record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes_out,
+                         rows=[image for *_, image in deleted if image is not None], part=part)
+        batch_bytes = sum(size or 0 for _, size, *_rest in deleted)
         if run.dry_run:
-            add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part)
+            add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part,
+                       collection=bound.name)
         else:
-            add_counts(conn, run, rows=len(deleted))
+            add_counts(conn, run, rows=len(deleted), collection=bound.name)
     return batch, deleted, kept, keys, batch_bytes

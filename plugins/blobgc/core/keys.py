@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg import sql as pgsql
 
-from blobgc.core import locks, queries
+from blobgc.core import collections, locks, queries
 from blobgc.core.objects import first_key
 
 log = logging.getLogger(__name__)
@@ -302,7 +302,37 @@ RECONCILED = (BLOB_OBJECTS, PASTE_CONTENTS, IMAGE_FILES, MAIL_BLOBS)
 
 
 def layout(source: str) -> KeyLayout | None:
-    """The layout registered for a deletion-log source, or None (a source blobgc does not know)."""
+    """The layout registered for a deletion-log source, or None (a source blobgc does not know).
+
+    A collection's source (`collection:<name>`) has a layout made from the collections file when asked
+    for: its keys are parsed by the collection's templates, and its guard is `keep_keys_of_collection_rows`.
+    """
+    if source.startswith(collections.COLLECTION_SOURCE):
+        return KeyLayout(source, "", 0, NO_KEY, keep_keys_of_collection_rows)
     return LAYOUTS.get(source)
+
+
+NO_KEY = re.compile(r"(?!)")  # a collection's keys are parsed by its templates, not one pattern
+
+
+@contextmanager
+def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, bucket: str,
+                                 keys: list[str]) -> Iterator[set[str]]:
+    """A collection's guard: keep every key a row accounts for again (content-addressed keys such as
+    `up/{sha}.{ext}` are written again when the same content is uploaded anew), and every key that fits
+    none of the collection's templates.
+
+    Reads the collections file now; a collection it no longer declares, or a file that does not check,
+    fails the drain with nothing deleted (CollectionsError), so the keys stay owed.
+    """
+    name = layout.source[len(collections.COLLECTION_SOURCE):]
+    declared = collections.load_collections(default_bucket=bucket)
+    if name not in declared:
+        raise collections.CollectionsError(
+            f"{len(keys)} owed keys belong to collection {name!r}, which the collections file "
+            f"{collections.collections_path()} no longer declares: they stay owed until it is declared again")
+    bound = collections.bind(conn, declared[name], default_bucket=bucket)
+    accounted, unparsed = collections.accounted_keys(conn, bound, keys)
+    yield accounted | unparsed
 
 

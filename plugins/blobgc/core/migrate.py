@@ -1,80 +1,218 @@
-"""Apply include/sql/migrations/NNNN_*.sql in order, once each, remembering what was applied.
+"""Apply a folder of NNNN_*.sql migrations in order, once each, remembering what was applied.
 
-Run with `python -m blobgc.migrate` (BLOBGC_PG_DSN names the database). Each migration runs in
-its own transaction under an advisory lock, so two runners never apply one migration twice.
+`python -m blobgc.core.migrate` applies blobgc's own, include/sql/migrations/ (BLOBGC_PG_DSN names the
+database). They create schema blobgc and nothing else, so blobgc can be migrated into any database, live or
+not, whatever the application keeps in its own schemas. The demo application's migrations go through the same
+runner with a folder, table and lock of their own (`python -m demo_app.migrate`).
+
+One session advisory lock is held for the whole run, so two runners never apply one migration twice; waiting
+for it is unbounded, as only another migrator holds it (see advisory_lock). Every other lock wait is bounded
+by lock_timeout (BLOBGC_MIGRATION_LOCK_TIMEOUT, 10s): on a live database a migration fails with
+MigrationLockTimeout instead of queueing behind an application transaction, with every query of the
+application queued behind it. A migration runs in one transaction, unless its first line is
+`-- blobgc: no transaction` (CREATE INDEX CONCURRENTLY cannot run in one): its statements then run one by one
+in autocommit, and it is recorded once they all succeeded, so such a file must be safe to run again after a
+failure.
+
+Each applied version is recorded with its file's sha256, and a file edited after it was applied is refused
+(MigrationChanged), except for the versions a `legacy` function names (see legacy_versions).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import re
 import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from blobgc.core.queries import sql_root
 
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK = 0x626C6F62  # "blob"
+TABLE = "blobgc.schema_migration"
+NO_TRANSACTION = "-- blobgc: no transaction"
+DEFAULT_LOCK_TIMEOUT = "10s"
+LOCK_POLL_SECONDS = 0.2
+
+# What blobgc's folder held before the application's tables moved to plugins/demo_app/migrations/.
+LEGACY_VERSIONS = frozenset({
+    "0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler",
+    "0005_reconcile", "0006_generations", "0007_audit_restore", "0008_safety",
+})
+LEGACY_MARKER = "0001_app_schema"
 
 BOOKKEEPING = """
-CREATE SCHEMA IF NOT EXISTS blobgc;
-CREATE TABLE IF NOT EXISTS blobgc.schema_migration (
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {table} (
     version     text PRIMARY KEY,
     checksum    text NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
 """
 
+Legacy = Callable[[psycopg.Connection, Mapping[str, str]], set[str]]
+
 
 class MigrationChanged(RuntimeError):
     """An applied migration's file was edited afterwards; add a new migration instead."""
 
 
-def migrations() -> list[tuple[str, str]]:
-    folder = sql_root() / "migrations"
+class MigrationLockTimeout(RuntimeError):
+    """A migration waited longer than lock_timeout for a lock another session holds; it was not recorded."""
+
+
+def migrations(folder: Path | None = None) -> list[tuple[str, str]]:
+    """(version, text) of each NNNN_*.sql in `folder` (blobgc's by default), in order."""
+    folder = folder or sql_root() / "migrations"
     return [(p.stem, p.read_text()) for p in sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))]
 
 
-def apply_migrations(conn: psycopg.Connection) -> list[str]:
-    """Apply every pending migration and return the versions applied now."""
-    applied_now: list[str] = []
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+def checksum(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def transactional(text: str) -> bool:
+    return text.split("\n", 1)[0].strip() != NO_TRANSACTION
+
+
+def statements(text: str) -> list[str]:
+    """A no-transaction migration's statements: split on `;` at the end of a line, comment-only chunks skipped."""
+    chunks = (chunk.strip() for chunk in re.split(r";[ \t]*$", text, flags=re.MULTILINE))
+    return [chunk for chunk in chunks
+            if any(line.strip() and not line.lstrip().startswith("--") for line in chunk.splitlines())]
+
+
+def legacy_versions(conn: psycopg.Connection, recorded: Mapping[str, str]) -> set[str]:
+    """blobgc's versions that a database migrated before the split recorded with their old, combined contents.
+
+    Until then 0001_app_schema .. 0008_safety created the demo application's tables along with blobgc's. Such
+    a database (it records 0001_app_schema, which blobgc's folder no longer holds) keeps those records as they
+    are, their checksums unchecked, and goes on from the first version it lacks.
+    """
+    return set(LEGACY_VERSIONS & recorded.keys()) if LEGACY_MARKER in recorded else set()
+
+
+def apply_migrations(
+    conn: psycopg.Connection,
+    folder: Path | None = None,
+    table: str = TABLE,
+    lock: int = MIGRATION_LOCK,
+    legacy: Legacy = legacy_versions,
+    lock_timeout: str | None = None,
+) -> list[str]:
+    """Apply every pending migration of `folder` and return the versions applied now.
+
+    `table` (schema.name, created if missing) records them, under advisory lock `lock`. `legacy(conn, recorded)`
+    names versions the database already has from before `table` tracked them as they are now: their checksums
+    are not checked, and those `table` lacks are recorded without running. `conn` must not be in a transaction;
+    it is in autocommit during the run and given back as it came.
+    """
+    timeout = lock_timeout or os.environ.get("BLOBGC_MIGRATION_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT)
+    autocommit = conn.autocommit
+    conn.autocommit = True
     try:
-        with conn.transaction():
-            conn.execute(BOOKKEEPING)
-        done = dict(conn.execute("SELECT version, checksum FROM blobgc.schema_migration").fetchall())
-        for version, text in migrations():
-            checksum = hashlib.sha256(text.encode()).hexdigest()
-            if version in done:
-                if done[version] != checksum:
-                    raise MigrationChanged(f"migration {version} changed after it was applied")
-                continue
-            with conn.transaction():
-                conn.execute(text)
-                conn.execute(
-                    "INSERT INTO blobgc.schema_migration (version, checksum) VALUES (%s, %s)",
-                    (version, checksum),
-                )
-            applied_now.append(version)
-            log.info("applied migration %s", version)
+        with advisory_lock(conn, lock), session_lock_timeout(conn, timeout):
+            return apply_pending(conn, migrations(folder), table, legacy, timeout)
     finally:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        conn.autocommit = autocommit
+
+
+@contextlib.contextmanager
+def advisory_lock(conn: psycopg.Connection, key: int) -> Iterator[None]:
+    """Session advisory lock `key`, polled for between statements rather than waited for in pg_advisory_lock.
+
+    A session waiting inside a statement holds a snapshot, and the other migrator's CREATE INDEX CONCURRENTLY
+    waits for every older snapshot to go: the two would deadlock.
+    """
+    if not try_advisory_lock(conn, key):
+        log.info("waiting for another migrator (advisory lock %s)", key)
+        while not try_advisory_lock(conn, key):
+            time.sleep(LOCK_POLL_SECONDS)
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def try_advisory_lock(conn: psycopg.Connection, key: int) -> bool:
+    return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+
+
+@contextlib.contextmanager
+def session_lock_timeout(conn: psycopg.Connection, timeout: str) -> Iterator[None]:
+    """lock_timeout set to `timeout` for the session, and put back as it was afterwards."""
+    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (timeout,))
+    try:
+        yield
+    finally:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (previous,))
+
+
+def apply_pending(conn: psycopg.Connection, pending: list[tuple[str, str]], table: str, legacy: Legacy,
+                  timeout: str) -> list[str]:
+    schema, name = table.split(".")
+    table_id = sql.Identifier(schema, name)
+    conn.execute(sql.SQL(BOOKKEEPING).format(schema=sql.Identifier(schema), table=table_id))
+    recorded = dict(conn.execute(sql.SQL("SELECT version, checksum FROM {}").format(table_id)).fetchall())
+    old = legacy(conn, recorded)
+    applied_now: list[str] = []
+    for version, text in pending:
+        if version in recorded:
+            if version not in old and recorded[version] != checksum(text):
+                raise MigrationChanged(f"migration {version} changed after it was applied")
+        elif version in old:
+            record(conn, table_id, version, text)
+            log.info("recorded %s %s without running it: the database has it from before", table, version)
+        else:
+            apply_one(conn, table_id, version, text, timeout)
+            applied_now.append(version)
+            log.info("applied %s %s", table, version)
     return applied_now
 
 
-def main() -> int:
+def apply_one(conn: psycopg.Connection, table_id: sql.Identifier, version: str, text: str, timeout: str) -> None:
+    try:
+        if transactional(text):
+            with conn.transaction():
+                conn.execute(text)
+                record(conn, table_id, version, text)
+        else:
+            for statement in statements(text):
+                conn.execute(statement)
+            record(conn, table_id, version, text)
+    except psycopg.errors.LockNotAvailable as error:
+        raise MigrationLockTimeout(
+            f"migration {version} waited more than {timeout} (BLOBGC_MIGRATION_LOCK_TIMEOUT) for a lock another "
+            f"session holds, and was not recorded; run the migrations again once that session is done ({error})"
+        ) from error
+
+
+def record(conn: psycopg.Connection, table_id: sql.Identifier, version: str, text: str) -> None:
+    conn.execute(sql.SQL("INSERT INTO {} (version, checksum) VALUES (%s, %s)").format(table_id),
+                 (version, checksum(text)))
+
+
+def main(**options) -> int:
+    """Migrate the database BLOBGC_PG_DSN names; `options` are apply_migrations's (blobgc's by default)."""
     logging.basicConfig(level=logging.INFO, format="[migrate] %(message)s")
     dsn = os.environ.get("BLOBGC_PG_DSN")
     if not dsn:
         print("BLOBGC_PG_DSN is not set: source .blobgc/env first", file=sys.stderr)
         return 2
     with psycopg.connect(dsn) as conn:
-        applied = apply_migrations(conn)
-    print(f"[migrate] {len(applied)} applied, {len(migrations()) - len(applied)} already there")
+        applied = apply_migrations(conn, **options)
+    table = options.get("table", TABLE)
+    total = len(migrations(options.get("folder")))
+    print(f"[migrate] {table}: {len(applied)} applied, {total - len(applied)} already there")
     return 0
 
 

@@ -45,7 +45,8 @@ from blobgc.core.objects import (
     object_sizes,
 )
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts
+from blobgc.core.collections import collection_of_source
+from blobgc.core.runs import RunRef, add_collection_counts, add_counts
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class DrainResult(TaskResult):
     owed_after: int = 0
     parked: int = 0
     errors: list[BaseException] = local()  # transient failures of whole calls
+    by_collection: dict[str, tuple[int, int]] = local(dict)  # collection -> (objects, bytes) deleted
 
 
 class OwedDeletionsParked(RuntimeError):
@@ -279,6 +281,8 @@ def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrenc
                 continue  # another drain holds these rows; go on after them
             settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down)
             add_counts(conn, run, objects=settled.objects_deleted, bytes_=settled.bytes_reclaimed)
+            for collection, (objects, bytes_) in settled.by_collection.items():
+                add_collection_counts(conn, run, collection, objects=objects, bytes_=bytes_)
         result.objects_deleted += settled.objects_deleted
         result.bytes_reclaimed += settled.bytes_reclaimed
         result.failed += settled.failed
@@ -374,7 +378,7 @@ def settle_batches(
                     down[bucket] = error
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
-    for log_id, bucket, _source, keys, sizes, failures in rows:
+    for log_id, bucket, source, keys, sizes, failures in rows:
         results = [outcomes[(bucket, k)] for k in keys]
         failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
         done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
@@ -395,6 +399,9 @@ def settle_batches(
         })
         settled.objects_deleted += len(done)
         settled.bytes_reclaimed += sum(o.size or 0 for _, o in done)
+        if done and (collection := collection_of_source(source)) is not None:
+            objects, bytes_ = settled.by_collection.get(collection, (0, 0))
+            settled.by_collection[collection] = (objects + len(done), bytes_ + sum(o.size or 0 for _, o in done))
         settled.failed += len(failed)
         settled.absent += sum(o.outcome == "absent" for o in results)
     kept = sum(o.outcome == "kept" for o in outcomes.values())

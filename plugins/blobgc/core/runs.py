@@ -62,26 +62,42 @@ def cutoff(run: RunRef, **grace: float) -> datetime:
 
 
 def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects: int = 0, bytes_: int = 0,
-               part: str = "") -> None:
+               part: str = "", collection: str | None = None) -> None:
     """Add to the run's counters; call inside the transaction that did the work.
 
     On a dry run the figures are what would go, kept per `part` of the run (see `restart_dry_run_part`).
+    With `collection`, they also count for that collection (`blobgc.reclaim_daily_by_collection`); a dry
+    run's part then belongs to one collection.
     """
     if not (rows or objects or bytes_):
         return
-    params = {"dag_id": run.dag_id, "run_id": run.run_id, "rows": rows, "objects": objects, "bytes": bytes_}
+    params = {"dag_id": run.dag_id, "run_id": run.run_id, "rows": rows, "objects": objects, "bytes": bytes_,
+              "collection": collection}
     if run.dry_run:
         write_part_counts(conn, {**params, "part": part, "replace": False})
-    else:
-        conn.execute(queries.load("runs/add_run_counts"), params)
+        return
+    conn.execute(queries.load("runs/add_run_counts"), params)
+    if collection is not None:
+        conn.execute(queries.load("runs/add_collection_counts"), params)
 
 
-def set_counts(conn: psycopg.Connection, run: RunRef, *, rows: int, objects: int, bytes_: int, part: str = "") -> None:
+def add_collection_counts(conn: psycopg.Connection, run: RunRef, collection: str, *, rows: int = 0,
+                          objects: int = 0, bytes_: int = 0) -> None:
+    """Count work already in the run's totals for one collection too (the drain's objects, by their log's source)."""
+    if run.dry_run or not (rows or objects or bytes_):
+        return
+    conn.execute(queries.load("runs/add_collection_counts"), {
+        "dag_id": run.dag_id, "run_id": run.run_id, "collection": collection, "rows": rows, "objects": objects,
+        "bytes": bytes_})
+
+
+def set_counts(conn: psycopg.Connection, run: RunRef, *, rows: int, objects: int, bytes_: int, part: str = "",
+               collection: str | None = None) -> None:
     """Set a dry run's counters for one part outright: a report computed whole in one transaction."""
     if not run.dry_run:
         raise ValueError("set_counts is for a dry run's report; a real run adds what its work did (add_counts)")
     write_part_counts(conn, {"dag_id": run.dag_id, "run_id": run.run_id, "part": part, "rows": rows,
-                             "objects": objects, "bytes": bytes_, "replace": True})
+                             "objects": objects, "bytes": bytes_, "collection": collection, "replace": True})
 
 
 def write_part_counts(conn: psycopg.Connection, params: dict[str, Any]) -> None:

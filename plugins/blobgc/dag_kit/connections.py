@@ -53,3 +53,40 @@ def redis_client(conn_id: str = REDIS_CONN_ID):
     from airflow.providers.redis.hooks.redis import RedisHook
 
     return RedisHook(redis_conn_id=conn_id).get_conn()
+
+
+class S3ByBucket:
+    """One S3 client over several connections: each call goes to the client of its `Bucket` argument.
+
+    Collections may keep their objects behind their own connection (`s3_conn_id`, CONTRACT §6);
+    the outbox, which drains every source's keys in one pass, and restore talk to all of them
+    through this. Calls without a bucket, and buckets of no collection, use the default client.
+    """
+
+    def __init__(self, default, by_bucket: dict[str, object]) -> None:
+        self._default = default
+        self._by_bucket = by_bucket
+
+    def client_for(self, bucket: str | None):
+        return self._by_bucket.get(bucket or "", self._default)
+
+    def get_paginator(self, operation: str):
+        by_bucket = self
+
+        class Paginator:
+            def paginate(self, **kwargs):
+                return by_bucket.client_for(kwargs.get("Bucket")).get_paginator(operation).paginate(**kwargs)
+
+        return Paginator()
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        attribute = getattr(self._default, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            return getattr(self.client_for(kwargs.get("Bucket")), name)(*args, **kwargs)
+
+        return call

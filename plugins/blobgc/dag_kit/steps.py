@@ -28,6 +28,7 @@ from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_obj
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
+from blobgc.dag_kit.collections import s3_for_collections
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.params import S3_POOL
 
@@ -137,7 +138,7 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def drain(step: Step) -> DrainResult:
-        result = delete_owed_objects(step.conn, step.s3, step.run, batch_size=step.params["batch_size"],
+        result = delete_owed_objects(step.conn, s3_for_collections(step.s3), step.run, batch_size=step.params["batch_size"],
                                      workers=OUTBOX_DRAINS, connect=step.connect)
         if result.parked and fail_on_parked:
             raise OwedDeletionsParked(

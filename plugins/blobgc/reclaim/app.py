@@ -43,11 +43,13 @@ async def require_airflow_user(request: Request) -> Any:
 AirflowUser = Annotated[Any, Depends(require_airflow_user)]
 Days = Annotated[int, Query(ge=1, le=366, description="how many days back, today included (UTC)")]
 PerDag = Annotated[int, Query(ge=1, le=50, description="last runs shown per DAG and dry-run flag")]
+Collection = Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_]{0,47}$",
+                                         description="only this collection's daily figures (default: all)")]
 
 
-def load_report(days: int, per_dag: int) -> dict[str, Any]:
+def load_report(days: int, per_dag: int, collection: str | None = None) -> dict[str, Any]:
     with pg_connection() as conn:
-        return collect_report(conn, days=days, per_dag=per_dag)
+        return collect_report(conn, days=days, per_dag=per_dag, collection=collection)
 
 
 def create_app() -> FastAPI:
@@ -55,13 +57,16 @@ def create_app() -> FastAPI:
                   dependencies=[Depends(require_airflow_user)])
 
     @app.get("/reclaim", response_class=HTMLResponse, summary="The storage reclaim page")
-    def reclaim_page(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5) -> HTMLResponse:
-        report = load_report(days, per_dag)
-        return HTMLResponse(render_page(report, json_href=f"api/reclaim?days={days}&per_dag={per_dag}"),
+    def reclaim_page(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
+                     collection: Collection = None) -> HTMLResponse:
+        report = load_report(days, per_dag, collection)
+        query = f"days={days}&per_dag={per_dag}" + (f"&collection={collection}" if collection else "")
+        return HTMLResponse(render_page(report, json_href=f"api/reclaim?{query}"),
                             headers={"Cache-Control": "no-store"})
 
     @app.get("/api/reclaim", summary="The storage reclaim report as JSON, for BI tools")
-    def reclaim_json(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5) -> dict[str, Any]:
-        return load_report(days, per_dag)
+    def reclaim_json(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
+                     collection: Collection = None) -> dict[str, Any]:
+        return load_report(days, per_dag, collection)
 
     return app

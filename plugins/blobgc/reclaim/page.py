@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 from datetime import date, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from blobgc.core.sizes import human_bytes
 
@@ -99,6 +100,23 @@ th{background:#f4f4f4} td.num{text-align:right} .run-id{font-family:monospace;fo
 """
 
 
+def collection_filter(report: dict[str, Any]) -> str:
+    """Links that filter the daily figures by collection (CONTRACT §6); the current choice is not a link."""
+    current = report.get("collection")
+    choices = [(None, "all")] + [(c, c) for c in report.get("collections", [])]
+    if current and current not in report.get("collections", []):
+        choices.append((current, current))
+    links = []
+    for value, label in choices:
+        if value == current:
+            links.append(f'<b data-collection="{html.escape(value or "")}">{html.escape(label)}</b>')
+        else:
+            href = "?" + urlencode({"days": report.get("days", 30), **({"collection": value} if value else {})})
+            links.append(f'<a href="{html.escape(href)}" data-collection="{html.escape(value or "")}">'
+                         f"{html.escape(label)}</a>")
+    return f'<p id="collections" class="hint">Collection: {" | ".join(links)}</p>'
+
+
 def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> str:
     """The whole page: two charts with a legend, the daily table, last runs, owed deletions, reconcile findings."""
     colours = dag_colours(report)
@@ -111,11 +129,14 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         f'<p class="hint">Real runs, {report["since"]} to {report["until"]} (UTC). Dry runs are in the table '
         f'and under Last runs, never in the charts. The same data as JSON: <a href="{json_href}">{json_href}</a>.</p>',
         f'<div class="legend">{legend}</div>',
+        collection_filter(report),
     ]
     for metric, label in METRICS.items():
         parts.append(f"<h2>{label} per day</h2>")
         parts.append(render_chart_svg(report, metric, colours))
-    parts.append('<h2>Per day, DAG and dry-run flag (blobgc.reclaim_daily)</h2><table id="daily"><tr><th>day</th>'
+    view = (f"blobgc.reclaim_daily_by_collection, collection {html.escape(report['collection'])}"
+            if report.get("collection") else "blobgc.reclaim_daily")
+    parts.append(f'<h2>Per day, DAG and dry-run flag ({view})</h2><table id="daily"><tr><th>day</th>'
                  "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes</th></tr>")
     for r in reversed(report["daily"]):
         parts.append(f'<tr data-day="{r["day"]}" data-dag="{html.escape(r["dag_id"])}" '

@@ -1,6 +1,6 @@
 """The storage reclaim report, as data: what `blobgc.reclaim.page` draws and `/blobgc/api/reclaim` serves.
 
-Reads `blobgc.reclaim_daily`, the last real and dry runs of each DAG, the owed deletions (parked
+Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last real and dry runs of each DAG, the owed deletions (parked
 ones too) and the latest reconcile's findings, in one read-only pass.
 """
 from __future__ import annotations
@@ -15,8 +15,9 @@ from blobgc.core import queries
 
 
 def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5, sample: int = 20,
-                   today: date | None = None) -> dict[str, Any]:
-    """Everything the page shows, as JSON-able data: daily reclaim, last runs, owed deletions, reconcile findings."""
+                   today: date | None = None, collection: str | None = None) -> dict[str, Any]:
+    """Everything the page shows, as JSON-able data: daily reclaim (of one collection, when given), last runs,
+    owed deletions, reconcile findings, and the collections the daily figures can be filtered by."""
     if not 1 <= days <= 366:
         raise ValueError(f"days must be between 1 and 366, got {days}")
     if not 1 <= per_dag <= 50:
@@ -25,13 +26,22 @@ def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5
         if today is None:
             today = cur.execute("SELECT (now() AT TIME ZONE 'UTC')::date AS d").fetchone()["d"]
         since = today - timedelta(days=days - 1)
-        daily = cur.execute(queries.load("report/select_reclaim_daily"), {"since": since}).fetchall()
+        if collection is None:
+            daily = cur.execute(queries.load("report/select_reclaim_daily"), {"since": since}).fetchall()
+        else:
+            daily = cur.execute(queries.load("report/select_reclaim_daily_by_collection"),
+                                {"since": since, "collection": collection}).fetchall()
+        collections = [r["collection"] for r in cur.execute(queries.load("report/select_collections"),
+                                                              {"since": since})]
         runs = cur.execute(queries.load("report/select_last_runs"), {"per_dag": per_dag}).fetchall()
         owed = cur.execute(queries.load("report/select_owed_deletions")).fetchall()
         findings = cur.execute(queries.load("report/select_reconcile_findings"), {"sample": sample}).fetchall()
     return {
         "since": since.isoformat(),
         "until": today.isoformat(),
+        "days": days,
+        "collection": collection,
+        "collections": collections,
         "daily": [_jsonable(r) for r in daily],
         "last_runs": _pair_runs(runs),
         "owed": [_jsonable(r) for r in owed],

@@ -1,2 +1,0 @@
--- The smallest blob id, where the key-range walk starts.
-SELECT min(id) FROM app.blob

@@ -1,0 +1,2 @@
+-- The collections with reclaim figures since a day: what the reclaim page can be filtered by.
+SELECT DISTINCT collection FROM blobgc.reclaim_daily_by_collection WHERE day >= %(since)s ORDER BY collection;

@@ -1,0 +1,5 @@
+-- Storage reclaimed per day, DAG and dry-run flag since a day for one collection (blobgc.reclaim_daily_by_collection).
+SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed, collection
+FROM blobgc.reclaim_daily_by_collection
+WHERE day >= %(since)s AND collection = %(collection)s
+ORDER BY day, dag_id, dry_run;

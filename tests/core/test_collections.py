@@ -1,0 +1,129 @@
+"""The collections file (CONTRACT §6): every way it can be wrong is refused with a message naming the collection
+and the field, first by shape and then against the live catalog; and key templates read keys back exactly."""
+from __future__ import annotations
+
+import pytest
+
+from blobgc.core.collections import (
+    APP_BLOB,
+    CollectionsError,
+    KeyTemplate,
+    bind,
+    load_collections,
+    parse_collections,
+    select,
+)
+from tests.support.collections import bound_shop, create_shop, new_schema, shop_yaml
+
+GOOD = """
+collections:
+  uploads:
+    table: shop.upload
+    id: id
+    keys: ["uploads/{sha}.{ext}"]
+"""
+
+
+def one(body: str, name: str = "uploads") -> str:
+    return f"collections:\n  {name}:\n" + "".join(f"    {line}\n" for line in body.strip().splitlines())
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("collections: [", "is not valid YAML"),
+    ("uploads:\n  table: a.b\n", "must be a mapping with one key, `collections`"),
+    ("collections: {}\n", "`collections` is empty"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']", name="Uploads"),
+     "collection 'Uploads', field 'name': 'Uploads' is not a collection name"),
+    (one("table: upload\nid: id\nkeys: ['u/{id}']"),
+     "collection 'uploads', field 'table': 'upload' is not a schema-qualified table name"),
+    (one("table: shop.upload\nid: 'id; drop'\nkeys: ['u/{id}']"), "collection 'uploads', field 'id': "),
+    (one("table: shop.upload\nid: id"), "collection 'uploads', field 'keys': Field required"),
+    (one("table: shop.upload\nid: id\nkeys: []"), "collection 'uploads', field 'keys': "),
+    (one("table: shop.upload\nid: id\nkeys: ['{id}/raw']"), "field 'keys': '{id}/raw' must start with literal text"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{sha}{ext}']"), "placeholders must be separated by literal text"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/raw']"), "has no {placeholder}"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id!r}']"), "may not have a format or conversion"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id.x}']"), "must be a plain column name"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\ngrace_hours: -1"),
+     "collection 'uploads', field 'grace_hours': Input should be greater than or equal to 0"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\ncolour: red"), "field 'colour': Extra inputs are not"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\nbucket: No_Such"), "field 'bucket': 'No_Such' is not an S3"),
+    ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
+     "  a:\n    table: s.b\n    id: id\n    keys: ['v/{id}']\n", "'a' is given twice"),
+    ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
+     "  b:\n    table: s.b\n    id: id\n    keys: ['u/x/{id}']\n",
+     "collection 'b', field 'keys': prefix 'u/x/' overlaps collection 'a''s prefix 'u/' in bucket 'blobgc'"),
+])
+def test_a_malformed_collections_file_is_refused_naming_the_collection_and_field(text, expected):
+    with pytest.raises(CollectionsError) as refused:
+        parse_collections(text)
+    assert expected in str(refused.value)
+
+
+def test_two_collections_may_share_a_bucket_under_different_prefixes_or_a_prefix_in_different_buckets():
+    text = ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
+            "  b:\n    table: s.b\n    id: id\n    keys: ['v/{id}']\n"
+            "  c:\n    table: s.c\n    id: id\n    bucket: other-bucket\n    keys: ['u/{id}']\n")
+    assert list(parse_collections(text)) == ["a", "b", "c"]
+
+
+def test_a_missing_file_names_itself_and_the_variable(tmp_path):
+    with pytest.raises(CollectionsError, match="cannot read the collections file .*set BLOBGC_COLLECTIONS"):
+        load_collections(tmp_path / "nope.yaml")
+
+
+def test_the_param_may_only_name_declared_collections():
+    found = parse_collections(GOOD)
+    assert select(found, None) == [found["uploads"]]
+    with pytest.raises(CollectionsError, match=r"Param collections names \['nope'\]"):
+        select(found, ["nope"])
+
+
+def test_the_default_file_declares_app_blob_as_the_contract_does():
+    assert load_collections()["app_blob"] == APP_BLOB
+
+
+def test_key_templates_read_keys_back_into_typed_column_values(conn, bucket):
+    schema = new_schema()
+    create_shop(conn, schema)
+    bound = bound_shop(conn, schema, bucket)
+    sha = "a" * 64
+    assert bound.parse_key(f"uploads/{sha}.png")[1] == {"sha": sha, "ext": "png"}
+    assert bound.parse_key("upload-thumbs/42.jpg")[1] == {"id": "42"}
+    assert bound.parse_key("upload-thumbs/x42.jpg") is None  # a bigint id is digits only: it would not cast
+    assert bound.parse_key("uploads/a/b.png") is None
+    assert bound.keys_of({"id": 42, "sha": sha, "ext": "png"}) == [f"uploads/{sha}.png", "upload-thumbs/42.jpg"]
+    repeated = KeyTemplate.parse_template("m/{id}/{id}.x")
+    assert repeated.pattern({}).fullmatch("m/1/1.x") and not repeated.pattern({}).fullmatch("m/1/2.x")
+
+
+@pytest.mark.parametrize(("change", "field", "expected"), [
+    ({"table": "{s}.nope"}, "table", "table {s}.nope does not exist"),
+    ({"id": "nope"}, "id", "has no column 'nope'"),
+    ({"id": "sha"}, "id", "must be the primary key of {s}.upload (or a unique NOT NULL column)"),
+    ({"created_at": "sha"}, "created_at", "is text, not a timestamp"),
+    ({"size": "ext"}, "size", "is text, not a number"),
+    ({"keys": ["uploads/{nope}.x"]}, "keys[0]", "placeholder {nope} of 'uploads/{nope}.x' is not a column"),
+    ({"references": ["SELECT sha FROM {s}.upload"]}, "references[0]", "returns a column of type text"),
+    ({"references": ["SELECT nope FROM {s}.upload"]}, "references[0]", "fails"),
+])
+def test_a_collection_that_does_not_match_the_database_is_refused_naming_the_field(conn, change, field, expected):
+    schema = new_schema()
+    create_shop(conn, schema)
+    base = {"table": f"{schema}.upload", "id": "id", "created_at": "created_at", "size": "size_bytes",
+            "keys": ["uploads/{sha}.{ext}"]}
+    body = {**base, **{k: ([x.replace("{s}", schema) for x in v] if isinstance(v, list) else v.replace("{s}", schema))
+                       for k, v in change.items()}}
+    text = "collections:\n  uploads:\n" + "".join(f"    {k}: {v!r}\n" for k, v in body.items())
+    collection = parse_collections(text)["uploads"]
+    with pytest.raises(CollectionsError) as refused:
+        bind(conn, collection, default_bucket="blobgc")
+    assert f"collection 'uploads', field '{field}'" in str(refused.value)
+    assert expected.replace("{s}", schema) in str(refused.value)
+
+
+def test_the_shop_file_of_the_tests_checks_against_its_schema(conn, bucket):
+    schema = new_schema()
+    create_shop(conn, schema)
+    bound = bind(conn, parse_collections(shop_yaml(schema, bucket))["shop_uploads"], default_bucket="x")
+    assert (bound.bucket, bound.id_type) == (bucket, "bigint")
