@@ -17,13 +17,11 @@ minutes, and whenever it runs without conf, it takes the application's pending `
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import crawler
 from blobgc.collectors.crawler import CrawlBatchResult
-from blobgc.dag_kit import HTTP_POOL, Step, default_args, gc_step, report_run
+from blobgc.dag_kit import HTTP_POOL, Step, dag_defaults, gc_step, report_run
 from blobgc.dag_kit.variables import blob_bucket, crawler_allowed_networks, image_sizes, image_watermark
 from demo_app.downloads import DownloadPolicy, fetching
 from demo_app.images import image_settings, storer
@@ -32,7 +30,7 @@ from demo_app.images import image_settings, storer
 @dag(
     dag_id="blobgc_crawler",
     schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params={
         "requests": Param(None, type=["null", "array"],
                           description='[{"offer_id": int, "urls": [str, ...]}]; empty: the pending app.crawl_request'),

@@ -24,14 +24,12 @@ logs the keys that would go. Clearing a failed `collect` re-runs just that gener
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
 from blobgc.collectors import generations
 from blobgc.collectors.generations import CollectResult, OpenedGeneration
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.variables import blob_bucket
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
@@ -40,7 +38,7 @@ COLLECT_WORKERS = 2  # connections walking a generation's candidates side by sid
 @dag(
     dag_id="blobgc_generations",
     schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=deleting_params(
         false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
                                   description="The bloom filter's false-positive rate: the share of unreferenced "

@@ -19,20 +19,18 @@ are removed.
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, dag
 
 from blobgc.collectors.image_cleanup import CleanupResult, delete_unbound_images
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, default_args, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
 
 
 @dag(
     dag_id="blobgc_image_cleanup",
     schedule=CronTriggerTimetable("30 4 * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept."),
     tags=["blobgc", "seed-001", "images", "destructive"],
     doc_md=__doc__,

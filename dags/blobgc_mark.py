@@ -23,21 +23,19 @@ Every task is idempotent: clear and re-run any of them.
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Asset, dag
 
 from blobgc.collectors import mark
 from blobgc.collectors.mark import MarkResult, PageUsagesRemoved
 from blobgc.core.collections import APP_BLOB
-from blobgc.dag_kit import Step, default_args, destructive_params, gc_step, report_run
+from blobgc.dag_kit import Step, dag_defaults, destructive_params, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
 
 
 @dag(
     dag_id="blobgc_mark",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=destructive_params("page_grace_days", 30, "Page usages not confirmed for this many days are removed.",
                               collections=collections_param()),
     tags=["blobgc", "seed-000", "mark"],

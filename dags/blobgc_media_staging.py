@@ -21,21 +21,19 @@ never finalized: a client that gave up, or a finalize that died between its copy
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, StagingResult
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import S3_POOL, Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.variables import media_settings
 
 
 @dag(
     dag_id="blobgc_media_staging",
     schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=deleting_params(
         max_age_minutes=Param(60, type="integer", minimum=7,
                               description="Staging objects older than this are abandoned uploads. Must exceed "

@@ -24,14 +24,12 @@ counted) and no thumbnail is deleted (those that would be are counted).
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, ThumbnailCheckResult, ThumbnailResult
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, default_args, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import S3_POOL, Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.variables import media_settings
 from demo_app.media import render_thumbnails
 
@@ -39,7 +37,7 @@ from demo_app.media import render_thumbnails
 @dag(
     dag_id="blobgc_media_thumbnails",
     schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=deleting_params(
         min_age_hours=Param(24, type="integer", minimum=1,
                             description="Orphan thumbnails younger than this are kept, and masters younger than this "

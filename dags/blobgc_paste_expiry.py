@@ -30,7 +30,7 @@ from blobgc.collectors.paste_expiry import (
 from blobgc.core.cache_purge import PurgeResult
 from blobgc.core.outbox import DrainResult
 from blobgc.dag_kit import (
-    Step, default_args, deleting_params, drain_owed_objects, gc_step, purge_owed_cache_keys, report_run,
+    Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, purge_owed_cache_keys, report_run,
 )
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
 
@@ -38,7 +38,7 @@ from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
 @dag(
     dag_id="blobgc_paste_expiry",
     schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=deleting_params(
         expiry_workers=Param(2, type="integer", minimum=1, maximum=16,
                              description="Parallel expire_pastes tasks, each over its own range of expires_at.")),

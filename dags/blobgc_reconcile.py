@@ -21,14 +21,12 @@ Seed 004's buckets are left to their own DAGs. `dry_run` reports and deletes not
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, default_args, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import S3_POOL, Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 from blobgc.dag_kit.variables import blob_bucket
 
@@ -36,7 +34,7 @@ from blobgc.dag_kit.variables import blob_bucket
 @dag(
     dag_id="blobgc_reconcile",
     schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=destructive_params(
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
         "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),

@@ -16,20 +16,18 @@ id). Versioned buckets only: it removes the delete markers the run's deletions l
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Param, dag, task
 
 from blobgc.collectors import restore
 from blobgc.collectors.restore import RestorePlan, RestoreResult
-from blobgc.dag_kit import S3_POOL, Step, default_args, gc_step, report_run
+from blobgc.dag_kit import S3_POOL, Step, dag_defaults, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 
 
 @dag(
     dag_id="blobgc_restore",
     schedule=None,
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params={
         "run_id": Param(type="string", minLength=1, description="The run id of the blobgc run to undo."),
         "source_dag_id": Param(None, type=["null", "string"], description="The DAG of that run, if 2 DAGs have that id."),
@@ -60,7 +58,8 @@ def blobgc_restore():
         return restore.restore_rows(step.conn, step.run, RestorePlan.from_xcom(plan))
 
     @task
-    def collections_with_rows(plan: dict) -> list[str]: return plan["collections"]  # noqa: E704
+    def collections_with_rows(plan: dict) -> list[str]:
+        return plan["collections"]
 
     @gc_step(map_index_template="{{ task.op_kwargs['collection'] }}")
     def restore_collection_rows(step: Step, plan: dict, collection: str) -> RestoreResult:

@@ -27,14 +27,12 @@ nothing. Each task is idempotent: clear any one and re-run it.
 """
 from __future__ import annotations
 
-from datetime import datetime
-
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
 
 from blobgc.collectors.sweep import SweepResult, sweep_collection
 from blobgc.core.key_space import split_key_space
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, default_args, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.dag_kit import Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
 
 
@@ -42,7 +40,7 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
     dag_id="blobgc_sweep",
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
                                  assets=[Asset("blobgc_marked_blobs")]),
-    start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1, default_args=default_args(),
+    **dag_defaults(),
     params=destructive_params(
         "grace_hours", 24, "Rows unused for less than this many hours (or their collection's grace, if longer) "
         "are kept.", collections=collections_param(),

@@ -41,3 +41,31 @@ def test_redis_down_leaves_the_purge_owed_then_a_retry_completes(conn, s3, bucke
     assert (purged.keys_purged, purged.keys_owed) == (4, 0)
     assert cached_keys(redis, redis_prefix) == set()
     assert codes
+
+
+def test_a_redis_cluster_gets_one_unlink_per_hash_slot_and_every_key_goes(conn, tmp_path):
+    """A variadic UNLINK across hash slots fails on Redis Cluster (CROSSSLOT): the purge groups by slot."""
+    from blobgc.core.cache_purge import owe_cache_purge, unlink_groups
+    from blobgc.core.runs import RunRef, ensure_run
+    from tests.support.redis_cluster import redis_cluster
+
+    keys = [f"paste-{i}" for i in range(1500)]
+    with redis_cluster(tmp_path) as cluster:
+        for key in keys[::2]:
+            cluster.set(key, b"cached")
+        run = ensure_run(conn, RunRef("blobgc_paste_expiry", "cluster-purge"), NOW)
+        with conn.transaction():
+            owe_cache_purge(conn, run, keys[:1000])
+            owe_cache_purge(conn, run, keys[1000:])
+        groups = unlink_groups(cluster, keys)
+        assert all(len({cluster.keyslot(k) for k in group}) == 1 for group in groups)
+        purged = purge_owed_cache_keys(conn, cluster, run)
+        assert (purged.keys_purged, purged.keys_found) == (1500, 750)
+        assert not any(cluster.exists(key) for key in keys[::2])
+    assert conn.execute("SELECT count(*) FROM blobgc.cache_purge").fetchone()[0] == 0
+
+
+def test_standalone_redis_keeps_one_variadic_unlink_per_1000_keys(redis):
+    from blobgc.core.cache_purge import unlink_groups
+
+    assert [len(g) for g in unlink_groups(redis, [f"k{i}" for i in range(2500)])] == [1000, 1000, 500]

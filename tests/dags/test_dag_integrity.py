@@ -59,6 +59,7 @@ def test_dag_is_tagged_retries_and_runs_one_at_a_time(dagbag, dag_id):
     assert "blobgc" in dag.tags
     assert dag.max_active_runs == 1
     assert dag.catchup is False
+    assert dag.is_paused_upon_creation is True  # whatever the deployment's dags_are_paused_at_creation
     assert dag.doc_md and dag_id in dag.doc_md
     for task in dag.tasks:
         assert task.retries >= 2, f"{dag_id}.{task.task_id} retries {task.retries}"

@@ -4,6 +4,10 @@ Like the object outbox: the keys are inserted into `blobgc.cache_purge` in the t
 deletes their rows, and a row goes only after Redis has answered. A Redis outage leaves the rows
 owed (with the error) and fails the task, so a retry or the next run completes the purge. Unlinking
 is idempotent, so purging a key twice is harmless; a key that was never cached is a no-op.
+
+On Redis Cluster a variadic `UNLINK` must not span hash slots (CROSSSLOT): the keys are grouped by
+slot, one `UNLINK` per slot group, still pipelined (the cluster client sends each node its commands).
+Standalone Redis keeps one variadic `UNLINK` per 1000 keys.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from blobgc.core import queries
@@ -36,6 +41,17 @@ class PurgeResult(TaskResult):
     keys_found: int = 0
     round_trips: int = 0
     keys_owed: int = 0
+
+
+def unlink_groups(redis, keys: Sequence[str]) -> list[Sequence[str]]:
+    """The keys as the variadic UNLINKs that send them: up to 1000 a command, and on Redis Cluster one hash
+    slot a command (a multi-key command across slots fails with CROSSSLOT)."""
+    if not isinstance(redis, RedisCluster):
+        return list(chunked(keys, KEYS_PER_COMMAND))
+    by_slot: dict[int, list[str]] = {}
+    for key in keys:
+        by_slot.setdefault(redis.keyslot(key), []).append(key)
+    return [chunk for slot in sorted(by_slot) for chunk in chunked(by_slot[slot], KEYS_PER_COMMAND)]
 
 
 def owe_cache_purge(conn: psycopg.Connection, run: RunRef, keys: Sequence[str]) -> None:
@@ -81,9 +97,9 @@ def purge_owed_cache_keys(
             pipe = redis.pipeline(transaction=False)
             n_keys = 0
             for _, keys in rows:
-                for chunk in chunked(keys, KEYS_PER_COMMAND):
-                    pipe.unlink(*chunk)
-                    n_keys += len(chunk)
+                for group in unlink_groups(redis, keys):
+                    pipe.unlink(*group)
+                    n_keys += len(group)
             try:
                 found = sum(pipe.execute())
             except RedisError as error:

@@ -17,8 +17,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "HTTP_POOL": "params", "S3_POOL": "params", "default_args": "params", "deleting_params": "params",
-    "destructive_params": "params",
+    "HTTP_POOL": "params", "S3_POOL": "params", "dag_defaults": "params", "default_args": "params",
+    "deleting_params": "params", "destructive_params": "params",
     "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
     "purge_owed_cache_keys": "steps", "report_run": "steps",
 }

@@ -8,11 +8,22 @@ BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry).
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 S3_POOL = "blobgc_s3"  # S3 batch deletes and listings
 HTTP_POOL = "blobgc_http"  # the crawler's downloads
+
+START_DATE = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def dag_defaults() -> dict[str, Any]:
+    """What every blobgc DAG declares the same way: no catch-up, one run at a time, the default task
+    arguments, and **paused upon creation**, whatever the deployment's `dags_are_paused_at_creation`:
+    a DAG that deletes must be switched on by a person, after a dry run."""
+    return {"start_date": START_DATE, "catchup": False, "max_active_runs": 1, "default_args": default_args(),
+            "is_paused_upon_creation": True}
+
 
 def default_args() -> dict[str, Any]:
     """Every blobgc task's defaults, read from the environment each time a DAG file is parsed."""
