@@ -243,3 +243,25 @@ def test_a_database_migrated_before_the_split_goes_on_from_0009(new_database):
         assert recorded(conn, app_migrate.TABLE) == versions(APP)
         assert schema_of(conn, "app", "gen", "blobgc") == expected
         assert apply_migrations(conn) == app_migrate.apply_app_migrations(conn) == []
+
+
+def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_database, monkeypatch, capsys):
+    from blobgc.core.migrate import SchemaBehind, check_schema_current, main, pending_versions
+
+    dsn = new_database()
+    with connect(dsn) as conn:
+        assert pending_versions(conn) == versions()  # no bookkeeping table yet: everything is pending
+        with pytest.raises(SchemaBehind, match="behind the code: 0002_blobgc_schema, .* are not applied. "
+                                               r"Run `python -m blobgc.core.migrate`"):
+            check_schema_current(conn)
+        apply_migrations(conn)
+        check_schema_current(conn)
+        last = versions()[-1]
+        conn.execute("DELETE FROM blobgc.schema_migration WHERE version = %s", (last,))
+        with pytest.raises(SchemaBehind, match=f"{last} is not applied"):
+            check_schema_current(conn)
+    monkeypatch.setenv("BLOBGC_PG_DSN", dsn)
+    assert main(["--status"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{len(versions()) - 1} applied, 1 pending" in printed and f"pending  {last}" in printed
+    assert f"applied  {versions()[0]}" in printed

@@ -5,7 +5,7 @@ import json
 import socket
 import threading
 
-from tests.helpers import airflow, make_blobs
+from tests.helpers import airflow, make_blobs, run_dag
 
 
 class StatsdListener:
@@ -72,3 +72,20 @@ def test_a_retried_report_is_not_a_first_finish(conn):
     ensure_run(conn, run)
     assert finish_run(conn, run)["first_finish"] is True
     assert finish_run(conn, run)["first_finish"] is False  # its counters are not emitted again
+
+
+def test_a_schema_behind_the_code_fails_the_first_task_saying_what_to_run(conn, s3, bucket):
+    ids = make_blobs(conn, s3, bucket, 2)
+    with conn.transaction():
+        last = conn.execute("SELECT version, checksum, applied_at FROM blobgc.schema_migration "
+                            "ORDER BY version DESC LIMIT 1").fetchone()
+        conn.execute("DELETE FROM blobgc.schema_migration WHERE version = %s", (last[0],))
+    try:
+        result = run_dag("blobgc_sweep", env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    finally:
+        with conn.transaction():
+            conn.execute("INSERT INTO blobgc.schema_migration (version, checksum, applied_at) VALUES (%s, %s, %s)",
+                         last)
+    assert result.returncode == 1 and result.task_states["retry_owed_objects"] == "failed", result.task_states
+    assert f"{last[0]} is not applied. Run `python -m blobgc.core.migrate`" in result.output
+    assert conn.execute("SELECT count(*) FROM app.blob WHERE id = ANY(%s)", (ids,)).fetchone()[0] == 2

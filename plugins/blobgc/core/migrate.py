@@ -33,6 +33,7 @@ import psycopg
 from psycopg import sql
 
 from blobgc.core.queries import sql_root
+from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +202,47 @@ def record(conn: psycopg.Connection, table_id: sql.Identifier, version: str, tex
                  (version, checksum(text)))
 
 
-def main(**options) -> int:
-    """Migrate the database BLOBGC_PG_DSN names; `options` are apply_migrations's (blobgc's by default)."""
+class SchemaBehind(ConfigurationError):
+    """The database's blobgc schema lacks migrations this code needs: a task must not run on it."""
+
+
+def pending_versions(conn: psycopg.Connection, folder: Path | None = None, table: str = TABLE) -> list[str]:
+    """The migrations of `folder` that `table` does not record (every one, when the table does not exist)."""
+    if conn.execute("SELECT to_regclass(%s) IS NULL", (table,)).fetchone()[0]:
+        return [version for version, _ in migrations(folder)]
+    recorded = {r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}").format(
+        sql.Identifier(*table.split(".", 1))))}
+    return [version for version, _ in migrations(folder) if version not in recorded]
+
+
+def check_schema_current(conn: psycopg.Connection) -> None:
+    """Raise SchemaBehind, saying what to run, when blobgc's migrations are not all applied to this database."""
+    pending = pending_versions(conn)
+    if pending:
+        raise SchemaBehind(f"blobgc's schema in this database is behind the code: {', '.join(pending)} "
+                           f"{'is' if len(pending) == 1 else 'are'} not applied. Run `python -m blobgc.core.migrate` "
+                           "(BLOBGC_PG_DSN naming this database), then clear this task.")
+
+
+def status(conn: psycopg.Connection, folder: Path | None = None, table: str = TABLE) -> str:
+    """`--status`: each migration of `folder`, applied or pending."""
+    pending = set(pending_versions(conn, folder, table))
+    lines = [f"{'pending' if version in pending else 'applied'}  {version}" for version, _ in migrations(folder)]
+    return "\n".join([f"{table}: {len(lines) - len(pending)} applied, {len(pending)} pending", *lines])
+
+
+def main(argv: list[str] | None = None, **options) -> int:
+    """Migrate the database BLOBGC_PG_DSN names (`--status`: list what is applied and pending instead);
+    `options` are apply_migrations's (blobgc's by default)."""
     logging.basicConfig(level=logging.INFO, format="[migrate] %(message)s")
     dsn = os.environ.get("BLOBGC_PG_DSN")
     if not dsn:
         print("BLOBGC_PG_DSN is not set: source .blobgc/env first", file=sys.stderr)
         return 2
+    if "--status" in (sys.argv[1:] if argv is None else argv):
+        with psycopg.connect(dsn) as conn:
+            print(status(conn, options.get("folder"), options.get("table", TABLE)))
+        return 0
     with psycopg.connect(dsn) as conn:
         applied = apply_migrations(conn, **options)
     table = options.get("table", TABLE)

@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 
+from blobgc.core.migrate import check_schema_current
 from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
@@ -91,6 +92,7 @@ def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_e
     requested = data_interval_end if data_interval_end is not None else dag_run.run_after
     run = RunRef(dag_id=dag_run.dag_id, run_id=run_id, dry_run=bool(params.get("dry_run", False)))
     with failing_fast(), pg_connection() as conn:
+        check_schema_current(conn)  # a schema behind the code fails the task, saying what to run
         yield Step(conn, ensure_run(conn, run, requested), dict(params))
 
 
