@@ -103,14 +103,42 @@ def test_missing_keys_count_as_deleted(moto_s3):
     assert outcome.deleted == ["never/was"] and outcome.failed == {}
 
 
-def test_503_on_the_call_is_retried(moto_s3):
+def test_a_failed_call_is_not_retried_on_top_of_botocore(moto_s3):
+    """A whole call's failure was retried by botocore already (the client's policy): blobgc sends it once."""
     keys = put(moto_s3, 2)
     err = ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "busy"},
                        "ResponseMetadata": {"HTTPStatusCode": 503}}, "DeleteObjects")
     client = CountingClient(moto_s3, raise_on={0: err})
-    outcome = delete_objects_in_batches(client, "unit-bucket", keys, sleep=lambda _: None)
-    assert sorted(outcome.deleted) == keys
-    assert client.calls == [2, 2]
+    with pytest.raises(ClientError):
+        delete_objects_in_batches(client, "unit-bucket", keys, sleep=lambda _: None)
+    assert client.calls == [2]
+    assert remaining(moto_s3) == set(keys)
+
+
+def test_an_s3_outage_costs_exactly_the_connections_retry_attempts(s3, bucket):
+    """One retry policy, the connection's `config_kwargs`: 3 retries there (botocore's `max_attempts`) mean 4 HTTP
+    requests in all, not 4 for each of blobgc's own 5 attempts (20, as before)."""
+    import os
+
+    from blobgc.dag_kit.connections import client_config
+    from tests.helpers import s3_outage
+
+    config = client_config({"config_kwargs": {"retries": {"max_attempts": 3, "mode": "standard"},
+                                              "s3": {"addressing_style": "path"}}})
+    client = boto3.client("s3", endpoint_url=os.environ["BLOBGC_S3_ENDPOINT"], config=config,
+                          aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    sent: list[str] = []
+    client.meta.events.register("before-send.s3.DeleteObjects", lambda request, **_: sent.append(request.url))
+    s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    s3_outage(bucket, True)
+    try:
+        with pytest.raises(ClientError):
+            delete_objects_in_batches(client, bucket, ["k"], sleep=lambda _: None)
+    finally:
+        s3_outage(bucket, False)
+    assert len(sent) == 4
+    assert f"/{bucket}?delete" in sent[0]  # the connection's path-style addressing is honoured too
 
 
 def test_non_retryable_call_error_propagates(moto_s3):

@@ -118,9 +118,11 @@ def delete_objects_in_batches(
     of its delete marker, which the outcome keeps for the deletion log (blobgc_restore undoes it).
 
     DeleteObjects answers 200 even when keys fail: every entry of `Errors[]` is examined. Keys that
-    failed with a retryable code (SlowDown, 5xx) are sent again with exponential backoff; keys that
-    still fail, or fail with another code (AccessDenied), are returned in `failed` for the caller to
-    keep owed. A call that raises a non-retryable error (or keeps failing) propagates.
+    failed with a retryable code (SlowDown, 5xx) are sent again with exponential backoff (botocore
+    never sees these: the call itself succeeded); keys that still fail, or fail with another code
+    (AccessDenied), are returned in `failed` for the caller to keep owed. A call that fails as a whole
+    is retried by botocore alone, under the client's retry policy, and then propagates: one retry
+    policy per kind of failure, never one on top of the other.
     """
     check_batch_size(batch_size)
     chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
@@ -156,19 +158,12 @@ def delete_chunk(
     pending = chunk
     last_error: dict[str, str] = {}
     for attempt in range(max_attempts):
-        try:
-            outcome.calls += 1
-            response = client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": not versioned}
-            )
-        except ClientError as error:
-            if not is_retryable(error) or attempt == max_attempts - 1:
-                raise
-            delay = backoff_delay(attempt, base_delay)
-            log.warning("DeleteObjects on %s failed (%s); retrying %d keys in %.2fs",
-                        bucket, error.response.get("Error", {}).get("Code"), len(pending), delay)
-            sleep(delay)
-            continue
+        outcome.calls += 1
+        # a failed call (5xx, throttling, a dropped connection) was already retried by botocore, under the
+        # client's one retry policy (its connection's config_kwargs); it propagates, the keys stay owed
+        response = client.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in pending], "Quiet": not versioned}
+        )
         for done in response.get("Deleted", []) if versioned else ():
             if done.get("DeleteMarkerVersionId"):
                 outcome.markers[done["Key"]] = done["DeleteMarkerVersionId"]

@@ -5,9 +5,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
+from botocore.config import Config
 from psycopg.conninfo import make_conninfo
 
 from blobgc.core.clients import S3_CONFIG, pg_connect
+from blobgc.core.settings import ConfigurationError
 
 PG_CONN_ID = "blobgc_postgres"
 S3_CONN_ID = "blobgc_s3"
@@ -15,15 +17,30 @@ REDIS_CONN_ID = "blobgc_redis"
 
 
 def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
+    """The libpq connection string of a `postgres` connection. Every extra that is a libpq keyword
+    (`sslmode`, `sslcert`, `sslkey`, `sslrootcert`, `sslcrl`, `options`, `target_session_attrs`,
+    `keepalives`, ...) reaches libpq as it is; the connection's own fields and other extras (the
+    provider's `cursor`, `iam`, ...) do not."""
     from airflow.sdk import Connection
 
     c = Connection.get(conn_id)
-    extra = {k: v for k, v in c.extra_dejson.items() if k in {"sslmode", "sslrootcert", "application_name",
-                                                               "options", "target_session_attrs"}}
-    return make_conninfo(
-        host=c.host or "localhost", port=c.port or 5432, user=c.login or None, password=c.password or None,
-        dbname=c.schema or None, application_name=extra.pop("application_name", "blobgc"), **extra,
-    )
+    return conninfo_of(host=c.host, port=c.port, login=c.login, password=c.password, schema=c.schema,
+                       extra=c.extra_dejson)
+
+
+def conninfo_of(*, host: str | None, port: int | None, login: str | None, password: str | None,
+                schema: str | None, extra: dict) -> str:
+    if extra.get("iam"):
+        raise ConfigurationError("the blobgc_postgres connection asks for IAM authentication (extra `iam`), which "
+                                 "blobgc does not generate tokens for yet: use a password or a client certificate")
+    passed = {k: v for k, v in extra.items() if k in LIBPQ_KEYWORDS - OWN_FIELDS}
+    passed.setdefault("application_name", "blobgc")
+    return make_conninfo(host=host or "localhost", port=port or 5432, user=login or None,
+                         password=password or None, dbname=schema or None, **passed)
+
+
+LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults())
+OWN_FIELDS = frozenset({"host", "port", "user", "password", "dbname"})  # the connection's fields, not its extra
 
 
 @contextmanager
@@ -43,10 +60,27 @@ def pg_connector(conn_id: str = PG_CONN_ID) -> Callable[[], psycopg.Connection]:
 
 
 def s3_client(conn_id: str = S3_CONN_ID):
-    """A boto3 S3 client from the `aws` connection; `endpoint_url` in its extra points at any S3-compatible store."""
+    """A boto3 S3 client from the `aws` connection, through the provider's S3Hook; `endpoint_url` in its extra
+    points at any S3-compatible store, and its `config_kwargs` (retries, addressing style, timeouts) are
+    honoured over blobgc's defaults (`client_config`)."""
     from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+    from airflow.sdk import Connection
 
-    return S3Hook(aws_conn_id=conn_id, config=S3_CONFIG).get_conn()
+    extra = Connection.get(conn_id).extra_dejson
+    return S3Hook(aws_conn_id=conn_id, config=client_config(extra)).get_conn()
+
+
+def client_config(extra: dict) -> Config:
+    """blobgc's botocore defaults (`blobgc.core.clients.S3_CONFIG`) under the connection's `config_kwargs`:
+    a setting the connection makes wins. S3Hook uses a `config` given to it instead of the connection's."""
+    kwargs = extra.get("config_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise ConfigurationError(f"the S3 connection's extra config_kwargs must be a JSON object, got {kwargs!r}")
+    try:
+        return S3_CONFIG.merge(Config(**kwargs))
+    except TypeError as error:
+        raise ConfigurationError(f"the S3 connection's extra config_kwargs are not botocore Config options: "
+                                 f"{error}") from error
 
 
 def redis_client(conn_id: str = REDIS_CONN_ID):
