@@ -252,7 +252,7 @@ def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_dat
     with connect(dsn) as conn:
         assert pending_versions(conn) == versions()  # no bookkeeping table yet: everything is pending
         with pytest.raises(SchemaBehind, match="behind the code: 0002_blobgc_schema, .* are not applied. "
-                                               r"Run `python -m blobgc.core.migrate`"):
+                                               r"Run `python -m blobgc.migrate --conn-id blobgc_postgres`"):
             check_schema_current(conn)
         apply_migrations(conn)
         check_schema_current(conn)
@@ -265,3 +265,29 @@ def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_dat
     printed = capsys.readouterr().out
     assert f"{len(versions()) - 1} applied, 1 pending" in printed and f"pending  {last}" in printed
     assert f"applied  {versions()[0]}" in printed
+
+
+def test_python_m_blobgc_migrate_works_through_an_airflow_connection(new_database):
+    """`python -m blobgc.migrate --conn-id …`: the database the DAGs' connection names, its extras kept."""
+    import os
+    import subprocess
+    import sys
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(new_database())
+    uri = (f"postgresql://{parts.get('user', 'postgres')}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+           "?application_name=migrate-test")
+    env = {**os.environ, "AIRFLOW_CONN_BLOBGC_SCRATCH": uri, "BLOBGC_PG_DSN": "",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / "plugins"),
+                                          os.environ.get("PYTHONPATH", "")])}
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "blobgc.migrate", "--conn-id", "blobgc_scratch", *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert f"0 applied, {len(versions())} pending" in run("--status")
+    assert f"{len(versions())} applied, 0 already there" in run()
+    assert f"{len(versions())} applied, 0 pending" in run("--status")

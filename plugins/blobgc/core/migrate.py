@@ -220,8 +220,8 @@ def check_schema_current(conn: psycopg.Connection) -> None:
     pending = pending_versions(conn)
     if pending:
         raise SchemaBehind(f"blobgc's schema in this database is behind the code: {', '.join(pending)} "
-                           f"{'is' if len(pending) == 1 else 'are'} not applied. Run `python -m blobgc.core.migrate` "
-                           "(BLOBGC_PG_DSN naming this database), then clear this task.")
+                           f"{'is' if len(pending) == 1 else 'are'} not applied. Run `python -m blobgc.migrate --conn-id "
+                           "blobgc_postgres` (the connection naming this database), then clear this task.")
 
 
 def status(conn: psycopg.Connection, folder: Path | None = None, table: str = TABLE) -> str:

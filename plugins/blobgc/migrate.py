@@ -1,0 +1,52 @@
+"""`python -m blobgc.migrate`: create or update blobgc's schema, through an Airflow connection or a DSN.
+
+    python -m blobgc.migrate --conn-id blobgc_postgres     # the connection the DAGs use (every extra kept)
+    python -m blobgc.migrate --dsn postgresql://…          # or BLOBGC_PG_DSN
+    python -m blobgc.migrate --status [--conn-id …]       # list applied and pending migrations, change nothing
+
+The runner itself is `blobgc.core.migrate` (no Airflow there); this entry point only finds the database,
+so a team migrates through the same connection, TLS extras included, that its DAGs use.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import psycopg
+
+from blobgc.core import migrate
+
+
+def conninfo(args: argparse.Namespace) -> str:
+    if args.conn_id:
+        from blobgc.dag_kit.connections import pg_conninfo
+
+        return pg_conninfo(args.conn_id)
+    dsn = args.dsn or os.environ.get("BLOBGC_PG_DSN")
+    if not dsn:
+        raise SystemExit("name the database: --conn-id <Airflow connection>, --dsn <libpq URI>, or BLOBGC_PG_DSN")
+    return dsn
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m blobgc.migrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--conn-id", help="an Airflow connection of type postgres (e.g. blobgc_postgres)")
+    source.add_argument("--dsn", help="a libpq connection string (default: BLOBGC_PG_DSN)")
+    parser.add_argument("--status", action="store_true", help="list applied and pending migrations only")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[migrate] %(message)s")
+    with psycopg.connect(conninfo(args), autocommit=True) as conn:
+        if args.status:
+            print(migrate.status(conn))
+            return 0
+        applied = migrate.apply_migrations(conn)
+    print(f"[migrate] {migrate.TABLE}: {len(applied)} applied, {len(migrate.migrations()) - len(applied)} already there")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
