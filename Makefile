@@ -21,7 +21,14 @@ $(STAMP): requirements.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
 
-venv: $(STAMP)
+# plugins/ on the venv's path (a .pth file), as Airflow puts it on its own: `blobgc` and `demo_app` import
+# from any tool run in the venv (lint-imports, pytest, python -m ...) without PYTHONPATH.
+PTH := $(VENV)/.plugins-on-path
+$(PTH): $(STAMP)
+	echo "$(CURDIR)/plugins" > "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/blobgc-plugins.pth"
+	touch $@
+
+venv: $(STAMP) $(PTH)
 
 # EXECUTOR=celery: the same stack on CeleryExecutor, with two local Celery workers (Redis is the broker).
 EXECUTOR ?= local
@@ -53,7 +60,7 @@ test: up browser layers
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 layers: venv
-	PYTHONPATH=plugins $(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/lint-imports --no-cache
 
 # Line coverage of plugins/ over the whole suite (in this process; DAG runs through the CLI are not counted).
 coverage: up browser

@@ -112,13 +112,6 @@ def in_ranges(conn: psycopg.Connection, ranges: list[KeyRange],
             c.close()
 
 
-def collection_sql(bound: BoundCollection, name: str, **parts: sql.Composable) -> sql.Composed:
-    """A collections/ statement with the collection's table, id column and type, and mark table filled in."""
-    c = bound.collection
-    return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
-                                              type=sql.SQL(bound.id_type), marks=c.mark_table, **parts)
-
-
 def mark_collection(
     conn: psycopg.Connection,
     bound: BoundCollection,
@@ -134,14 +127,12 @@ def mark_collection(
     starts. A dry run counts and writes nothing (not even the mark table)."""
     if not dry_run:
         ensure_mark_table(conn, bound)
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"blobgc.mark_{bound.name}",)).fetchone()[0]
     referenced = referenced_ids_query(refs, "range")
-    if exists:
-        found = collection_sql(bound, "collections/select_found_marks", referenced=referenced)
-        statement = collection_sql(bound, "collections/count_marks" if dry_run else "collections/update_marks",
-                                   found=found)
+    if bound.mark_table_exists(conn):
+        found = bound.statement("collections/select_found_marks", referenced=referenced)
+        statement = bound.statement("collections/count_marks" if dry_run else "collections/update_marks", found=found)
     else:  # a dry run before the first real mark: every unreferenced row would be recorded
-        statement = collection_sql(bound, "collections/count_unreferenced_rows", referenced=referenced)
+        statement = bound.statement("collections/count_unreferenced_rows", referenced=referenced)
     ranges = key_ranges(conn, range_size, bound.id_column)
 
     def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:

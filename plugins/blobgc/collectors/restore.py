@@ -313,7 +313,7 @@ def restore_collection_rows(conn: psycopg.Connection, run: RunRef, plan: Restore
         item = f"{c.table} {image[c.id]}"
         if item in done:
             continue
-        keys = bound.keys_of({k: v for k, v in image.items()})
+        keys = bound.keys_of(image)
         (failed if missing.intersection(keys) else ready).append((item, image))
     if run.dry_run:
         result.restored = len(ready)

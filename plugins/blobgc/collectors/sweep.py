@@ -21,7 +21,6 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from blobgc.core import queries
 from blobgc.core.collections import APP_BLOB, BoundCollection, bound_app_blob
 from blobgc.core.key_space import KeyRange
 from blobgc.core.outbox import record_deletions
@@ -68,22 +67,19 @@ class SweepStatements:
 
 def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> SweepStatements:
     c = bound.collection
-    table, id_ = c.table_identifier, sql.Identifier(c.id)
     b = sql.Identifier("b")
     key_values = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
         sql.SQL("{name}, {b}.{col}::text").format(name=sql.Literal(col), b=b, col=sql.Identifier(col))
         for col in dict.fromkeys(p for t in c.templates for p in t.placeholders)))
     size = sql.SQL("{b}.{col}").format(b=b, col=sql.Identifier(c.size)) if c.size else sql.SQL("NULL::bigint")
-    created_at = sql.Identifier(c.created_at) if c.created_at else None
-    unreferenced = unreferenced_condition(refs, "b")
-    parts = {"table": table, "id": id_, "type": sql.SQL(bound.id_type), "unreferenced": unreferenced,
-             "key_values": key_values, "size": size, "marks": c.mark_table,
-             "created_before": sql.SQL("t.{c} < %(cutoff)s").format(c=created_at) if created_at else sql.SQL("true"),
+    created_before = (sql.SQL("t.{c} < %(cutoff)s").format(c=sql.Identifier(c.created_at)) if c.created_at
+                      else sql.SQL("true"))
+    parts = {"unreferenced": unreferenced_condition(refs, "b"), "key_values": key_values, "size": size,
+             "created_before": created_before,
              "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED")}
 
     def load(name: str) -> sql.Composed:
-        return sql.SQL(queries.load(name)).format(**{k: v for k, v in parts.items() if "{" + k + "}" in
-                                                     queries.load(name)})
+        return bound.statement(name, **parts)
 
     if c.column_mode:
         return SweepStatements(load("sweep/select_unused_blobs"), load("sweep/delete_blobs"),
@@ -142,8 +138,7 @@ def sweep_collection(
     lo, hi = key_range
     part = range_part(key_range, bound.name)
     restart_dry_run_part(conn, run, part)  # a retried dry run reports its range once
-    if not bound.collection.column_mode and conn.execute(
-            "SELECT to_regclass(%s) IS NULL", (f"blobgc.mark_{bound.name}",)).fetchone()[0]:
+    if not bound.collection.column_mode and not bound.mark_table_exists(conn):
         log.info("collection %s has not been marked yet: nothing to sweep", bound.name)
         return SweepResult()
     found = statements(bound, refs, dry_run=run.dry_run)

@@ -343,6 +343,16 @@ class BoundCollection:
     def keys_of(self, values: Mapping[str, Any]) -> list[str]:
         return [t.format(values) for t in self.collection.templates]
 
+    def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
+        """include/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
+        c = self.collection
+        return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
+                                                  type=sql.SQL(self.id_type), marks=c.mark_table, **parts)
+
+    def mark_table_exists(self, conn: psycopg.Connection) -> bool:
+        """Whether blobgc.mark_<name> exists yet (the first real mark creates it)."""
+        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"blobgc.mark_{self.name}",)).fetchone()[0]
+
 
 # The demo's app.blob as CONTRACT §6's example file declares it (what include/collections.yaml holds).
 APP_BLOB = Collection(name=COLUMN_MODE, table=COLUMN_MODE_TABLE, id="id", created_at="created_at", size="size_bytes",
@@ -480,8 +490,7 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
 def ensure_mark_table(conn: psycopg.Connection, bound: BoundCollection) -> None:
     """Create the collection's mark table, blobgc.mark_<name>, if it is missing (typed like the collection's id)."""
     with conn.transaction():
-        conn.execute(sql.SQL(queries.load("collections/create_mark_table")).format(
-            marks=bound.collection.mark_table, type=sql.SQL(bound.id_type)))
+        conn.execute(bound.statement("collections/create_mark_table"))
 
 
 def warn_unindexed(conn: psycopg.Connection, bound: BoundCollection) -> list[str]:

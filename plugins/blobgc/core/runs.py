@@ -78,7 +78,7 @@ def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects:
         return
     conn.execute(queries.load("runs/add_run_counts"), params)
     if collection is not None:
-        conn.execute(queries.load("runs/add_collection_counts"), params)
+        add_collection_counts(conn, run, collection, rows=rows, objects=objects, bytes_=bytes_)
 
 
 def add_collection_counts(conn: psycopg.Connection, run: RunRef, collection: str, *, rows: int = 0,
