@@ -6,7 +6,7 @@ STAMP := $(VENV)/.requirements-installed
 ENV := .blobgc/env
 PYTEST_ARGS ?=
 
-.PHONY: help venv up down status migrate demo test test-unit layers coverage bench compose-check clean browser
+.PHONY: help venv up down status migrate demo test test-unit layers coverage bench compose-check clean browser tls-postgres lock
 
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
@@ -50,12 +50,16 @@ migrate: up
 demo: up
 	source $(ENV) && python -m demo_app.demo
 
+# Debian's PostgreSQL server (no cluster), for the test of a TLS connection with a client certificate.
+tls-postgres:
+	bash scripts/install_tls_postgres.sh
+
 # Debian's chromium, for the reclaim page's test in a real headless browser.
 browser:
 	bash scripts/install_chromium.sh
 
 # The layering contract (.importlinter, README "Layout") first: it takes a second and fails fast.
-test: up browser layers
+test: up browser tls-postgres layers
 	source $(ENV) && python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
@@ -63,7 +67,7 @@ layers: venv
 	$(VENV)/bin/lint-imports --no-cache
 
 # Line coverage of plugins/ over the whole suite (in this process; DAG runs through the CLI are not counted).
-coverage: up browser
+coverage: up browser tls-postgres
 	source $(ENV) && python -m coverage run --source=plugins -m pytest $(PYTEST_ARGS) && \
 	python -m coverage report --skip-empty
 
@@ -73,7 +77,23 @@ test-unit: venv
 bench: up
 	source $(ENV) && python bench/mark_sweep.py && python bench/paste_expiry.py
 
+# Debian's docker-compose (CONTRACT §1) validates docker-compose.yaml; no Docker engine is needed. Installed if missing.
+# Regenerate the pinned lock: pyproject.toml's ranges and requirements-dev.in, resolved afresh in a new
+# virtualenv, frozen into requirements.txt (LOCK_OUT=file to write elsewhere). Review the diff, then run `make test`.
+LOCK_OUT ?= requirements.txt
+lock:
+	rm -rf .blobgc/lock-venv && $(PYTHON) -m venv .blobgc/lock-venv
+	.blobgc/lock-venv/bin/pip install --quiet --disable-pip-version-check . -r requirements-dev.in
+	{ echo '# Pinned lock of the local stack, the tests and CI: no constraints file can be downloaded here, so these'; \
+	  echo '# pins are the constraints (also of the install test, which installs the wheel into a virtualenv of'; \
+	  echo '# Airflow and the providers only). The package itself (pyproject.toml) declares ranges. Regenerate with'; \
+	  echo "# \`make lock\`: pyproject.toml's dependencies plus requirements-dev.in (the stack's, tests' and demo's"; \
+	  echo '# tools, with why each is there) resolved afresh and frozen here.'; \
+	  .blobgc/lock-venv/bin/pip freeze --all --exclude blobgc --exclude pip; } > $(LOCK_OUT).new && mv $(LOCK_OUT).new $(LOCK_OUT)
+	rm -rf .blobgc/lock-venv build plugins/blobgc.egg-info
+
 compose-check:
+	command -v docker-compose >/dev/null || { apt-get update && apt-get install -y docker-compose; }
 	docker-compose -f docker-compose.yaml config --quiet
 
 clean: down

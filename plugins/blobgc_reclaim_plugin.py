@@ -1,23 +1,13 @@
-"""blobgc's Airflow plugin: the storage reclaim page (a FastAPI app) and its entry in the UI's nav.
-
-The one `.py` the plugin loader should execute; the library under plugins/blobgc/ is listed in
-plugins/.airflowignore. Nothing connects to a database at import time.
+"""blobgc's Airflow plugin for a checkout's plugins folder. An installed blobgc wheel registers the same class
+through its `airflow.plugins` entry point, and then this file defines nothing, so that the plugin is not
+loaded twice (docker-compose installs the wheel and still mounts plugins/ for the demo application). The one
+`.py` the plugin loader should execute: the library under plugins/blobgc/ is listed in plugins/.airflowignore.
 """
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from importlib.metadata import entry_points
 
-from blobgc.reclaim.app import URL_PREFIX, create_app
+if not any(ep.value.startswith("blobgc.") for ep in entry_points(group="airflow.plugins")):
+    from blobgc.reclaim.plugin import BlobgcReclaimPlugin
 
-
-class BlobgcReclaimPlugin(AirflowPlugin):
-    name = "blobgc"
-    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "blobgc storage reclaim"}]
-    external_views = [{
-        "name": "Storage reclaim",
-        "href": f"{URL_PREFIX}/reclaim",
-        "destination": "nav",
-        "category": "browse",
-        "url_route": "blobgc_reclaim",
-        "icon": None,
-    }]
+    __all__ = ["BlobgcReclaimPlugin"]

@@ -146,6 +146,10 @@ def stack_env() -> dict[str, str]:
         "AIRFLOW_CONN_BLOBGC_POSTGRES": pg_dsn(APP_DB),
         "AIRFLOW_CONN_BLOBGC_S3": json.dumps(s3_conn, separators=(",", ":")),
         "AIRFLOW_CONN_BLOBGC_REDIS": f"redis://{HOST}:{REDIS_PORT}/0",
+        # the public REST API, through which each DAG's first task checks that its pools exist (dag_kit.pools)
+        "AIRFLOW_CONN_BLOBGC_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "localhost", "port": AIRFLOW_PORT,
+                                                       "schema": "http", "login": "admin", "password": "admin"},
+                                                      separators=(",", ":")),
         "BLOBGC_PG_DSN": pg_dsn(APP_DB),
         "BLOBGC_S3_ENDPOINT": s3_endpoint,
         "BLOBGC_REDIS_URL": f"redis://{HOST}:{REDIS_PORT}/0",

@@ -9,8 +9,8 @@ import secrets
 
 import psycopg
 
-from blobgc.core import queries
 from blobgc.core.keys import blob_keys
+from demo_app import statements
 
 BLOB_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-"
 
@@ -39,7 +39,7 @@ def upload_blob(
         s3.put_object(Bucket=bucket, Key=thumb_key, Body=thumbnail, ContentType="image/webp")
     with conn.transaction():
         conn.execute(
-            queries.load("blobs/insert_blob"),
+            statements.load("blobs/insert_blob"),
             {"id": blob_id, "filename": filename, "mimetype": mimetype, "size_bytes": len(data)},
         )
     return blob_id
@@ -47,11 +47,11 @@ def upload_blob(
 
 def attach_blob(conn: psycopg.Connection, post_id: str, blob_id: str) -> None:
     with conn.transaction():
-        conn.execute(queries.load("blobs/insert_blob_attachment"), {"blob_id": blob_id, "post_id": post_id})
+        conn.execute(statements.load("blobs/insert_blob_attachment"), {"blob_id": blob_id, "post_id": post_id})
 
 
 def poll_page_usage(conn: psycopg.Connection, blob_id: str, url: str) -> None:
     """Record that the page at `url` uses `blob_id` now, and make the blob PUBLIC (seed 000's BlobPagePoll)."""
     with conn.transaction():
-        conn.execute(queries.load("pages/upsert_page_usage"), {"blob_id": blob_id, "url": url})
-        conn.execute(queries.load("pages/update_blob_public"), {"blob_id": blob_id})
+        conn.execute(statements.load("pages/upsert_page_usage"), {"blob_id": blob_id, "url": url})
+        conn.execute(statements.load("pages/update_blob_public"), {"blob_id": blob_id})

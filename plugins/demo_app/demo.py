@@ -17,12 +17,12 @@ from pathlib import Path
 
 import psycopg
 
-from blobgc.core import queries
 from blobgc.core.clients import pg_connect_from_env, s3_client_from_env
 from blobgc.core.collections import bind, ensure_mark_table, load_collections
 from blobgc.core.sizes import human_bytes
 from demo_app.blobs import attach_blob, poll_page_usage, upload_blob
 from demo_app.studio import add_clip, upload_asset, use_as_cover
+from demo_app import statements
 
 # the bucket the DAGs will sweep: Variable blobgc_bucket, as AIRFLOW_VAR_* or its default
 BUCKET = os.environ.get("AIRFLOW_VAR_BLOBGC_BUCKET", "blobgc")
@@ -49,7 +49,7 @@ def load_seed_000(conn: psycopg.Connection, s3) -> str:
     tiny_png = bytes.fromhex("89504e470d0a1a0a") + os.urandom(2048)
     with conn.transaction():
         for i in range(1, 6):
-            conn.execute(queries.load("demo/insert_post"), {"id": f"demo-post-{i}", "title": f"Demo post {i}"})
+            conn.execute(statements.load("demo/insert_post"), {"id": f"demo-post-{i}", "title": f"Demo post {i}"})
 
     def blob(name: str) -> str:
         return upload_blob(conn, s3, BUCKET, tiny_png + name.encode(), filename=f"{name}.png",
@@ -63,10 +63,10 @@ def load_seed_000(conn: psycopg.Connection, s3) -> str:
         stale = blob(f"stale-page-{i}")
         poll_page_usage(conn, stale, f"/demo/old-page/{i}")
         with conn.transaction():
-            conn.execute(queries.load("demo/backdate_page_usage"), {"blob_id": stale, "age": "40 days"})
+            conn.execute(statements.load("demo/backdate_page_usage"), {"blob_id": stale, "age": "40 days"})
     old_garbage = [blob(f"unused-for-3-days-{i}") for i in range(6)]
     with conn.transaction():
-        conn.execute(queries.load("demo/backdate_blobs_unused"), {"ids": old_garbage, "age": "3 days"})
+        conn.execute(statements.load("demo/backdate_blobs_unused"), {"ids": old_garbage, "age": "3 days"})
     for i in range(6):
         blob(f"fresh-unreferenced-{i}")
     return ("seed 000: 5 posts, 10 attached blobs, 5 on live pages, 3 on pages unconfirmed for 40 days, "
@@ -148,13 +148,13 @@ def load_seed_001(conn: psycopg.Connection, s3) -> str:
     settings = ImageSettings(bucket=BUCKET)
     with conn.transaction():
         for offer_id in (1, 2, 3):
-            conn.execute(queries.load("demo/insert_offer"), {"id": offer_id, "title": f"Demo car {offer_id}"})
+            conn.execute(statements.load("demo/insert_offer"), {"id": offer_id, "title": f"Demo car {offer_id}"})
     photos = [pre_upload(conn, s3, settings, demo_photo(n)) for n in range(1, 6)]
     attach_images(conn, 1, photos[:2])
     attach_images(conn, 2, photos[2:4])
     with conn.transaction():  # offer 2 is sold: its photos are unbound by ON DELETE SET NULL
-        conn.execute(queries.load("demo/delete_offer"), {"id": 2})
-        conn.execute(queries.load("demo/backdate_unbound_images"), {"age": "20 days"})
+        conn.execute(statements.load("demo/delete_offer"), {"id": 2})
+        conn.execute(statements.load("demo/backdate_unbound_images"), {"age": "20 days"})
     PARTNER_SITE = DemoPartnerSite()
     return ("seed 001: offer 1 with 2 photos, offer 2 sold 20 days ago (2 photos unbound), 1 photo pre-uploaded "
             "and never attached (20 days), a partner site for the crawler")
@@ -177,7 +177,7 @@ def load_reconcile_cases(conn: psycopg.Connection, s3) -> str:
     for key in (f"pastes/{orphan}", "tmp/forgotten-export.csv"):  # both left behind two days ago
         backdate_object(BUCKET, key, timedelta(days=2))
     with conn.transaction():
-        conn.execute(queries.load("demo/insert_blob_without_object"), {"id": "demomissing"})
+        conn.execute(statements.load("demo/insert_blob_without_object"), {"id": "demomissing"})
     attach_blob(conn, "demo-post-1", "demomissing")
     return ("seed 001 §5: an orphan object (pastes/) and a key of unknown layout (tmp/), both 2 days old, and an "
             "attached blob whose object is missing")
@@ -259,13 +259,13 @@ def load_studio(conn: psycopg.Connection, s3) -> str:
     garbage = [asset("shared-unused", shared), asset("unused-1"), asset("unused-2")]
     fresh = asset("unused-but-new")
     with conn.transaction():
-        conn.execute(queries.load("demo/backdate_studio_assets"), {"ids": garbage, "age": "3 days"})
+        conn.execute(statements.load("demo/backdate_studio_assets"), {"ids": garbage, "age": "3 days"})
     # as if an earlier mark had found the garbage unused two days ago (blobgc keeps this state, not the app)
     found = load_collections(default_bucket=BUCKET)["studio_assets"]
     bound = bind(conn, found, default_bucket=BUCKET)
     ensure_mark_table(conn, bound)
     with conn.transaction():
-        conn.execute(queries.load("demo/insert_studio_marks"), {"ids": garbage + [fresh], "age": "2 days"})
+        conn.execute(statements.load("demo/insert_studio_marks"), {"ids": garbage + [fresh], "age": "2 days"})
     return ("studio (collection studio_assets, uuid ids): 2 covers, 3 clips (one shares its bytes with an unused "
             "asset), 3 assets unused for 2 days, 1 unused but uploaded just now")
 
@@ -321,7 +321,7 @@ def run_dag(dag_id: str, conf: dict) -> bool:
 
 def print_summary(conn: psycopg.Connection, since: datetime) -> None:
     """This demo's runs as a table, one line per run, with the real runs' total and what is still owed."""
-    rows = conn.execute(queries.load("demo/select_runs_since"), {"since": since}).fetchall()
+    rows = conn.execute(statements.load("demo/select_runs_since"), {"since": since}).fetchall()
     header = f"| {'DAG':<26} | {'mode':<7} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
     rule = "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"
     print("\nReclaim summary (this demo's runs, from blobgc.run; per day in blobgc.reclaim_daily)")
@@ -339,7 +339,7 @@ def print_summary(conn: psycopg.Connection, since: datetime) -> None:
     header = f"| {'collection':<26} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
-    for collection, n_rows, n_objects, n_bytes in conn.execute(queries.load("demo/select_collections_since"),
+    for collection, n_rows, n_objects, n_bytes in conn.execute(statements.load("demo/select_collections_since"),
                                                                 {"since": since}):
         print(f"| {collection:<26} | {n_rows:>7,} | {n_objects:>8,} | {human_bytes(n_bytes):>10} |")
     owed = conn.execute("SELECT count(*), coalesce(sum(cardinality(coalesce(o.keys, l.keys))), 0) "

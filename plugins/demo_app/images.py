@@ -31,6 +31,7 @@ from blobgc.core.sizes import human_bytes
 from blobgc.core.uploads import insert_image_rows, upload_with_intent
 from demo_app.downloads import DEFAULT_MAX_BYTES
 from demo_app.image_processing import DEFAULT_MAX_PIXELS, DEFAULT_SIZES, ImageRejected, Watermark, render_sizes
+from demo_app import statements
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def store_new_image(
 
     def account(c: psycopg.Connection) -> None:
         insert_rows(c, image_id)
-        c.execute(queries.load("images/insert_image_file"),
+        c.execute(statements.load("images/insert_image_file"),
                   {"image_id": image_id, "keys": keys, "sizes": [len(b) for b in bodies.values()]})
 
     with session_stripe(conn, IMAGE_LOCK_CLASS, image_id, exclusive=False):  # no drain deletes them mid-upload
@@ -109,7 +110,7 @@ def pre_upload(conn: psycopg.Connection, s3, settings: ImageSettings, body: byte
                                         f"{settings.max_upload_bytes:,}")
     body_hash = md5_hex(body)
     with conn.transaction():
-        rows = conn.execute(queries.load("images/touch_images_by_body"), {"body_hash": body_hash}).fetchall()
+        rows = conn.execute(statements.load("images/touch_images_by_body"), {"body_hash": body_hash}).fetchall()
         if rows:
             rows.sort()
             image_id = rows[0][1]
@@ -136,7 +137,7 @@ def attach_images(conn: psycopg.Connection, offer_id: int, image_ids: list[str])
     """
     with conn.transaction():
         lock_stripes(conn, IMAGE_LOCK_CLASS, image_ids, exclusive=False)
-        rows = conn.execute(queries.load("images/select_offer_images"),
+        rows = conn.execute(statements.load("images/select_offer_images"),
                             {"offer_id": offer_id, "image_ids": image_ids}).fetchall()
         by_image: dict[str, list[tuple]] = {}
         for row in rows:
@@ -164,6 +165,6 @@ def attach_images(conn: psycopg.Connection, offer_id: int, image_ids: list[str])
         insert_image_rows(conn, inserts, require_existing=True)
         stale = [r[0] for r in rows if r[2] == offer_id and r[0] not in kept]
         if stale:
-            conn.execute(queries.load("images/unbind_images"), {"ids": stale})
+            conn.execute(statements.load("images/unbind_images"), {"ids": stale})
 
 

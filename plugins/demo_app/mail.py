@@ -21,6 +21,7 @@ import psycopg
 from blobgc.core import queries
 from blobgc.core.keys import mail_blob_id, mail_key
 from blobgc.core.locks import hold_generation_shared
+from demo_app import statements
 
 
 class WrongIsolation(RuntimeError):
@@ -49,7 +50,7 @@ def lock_current_generation(conn: psycopg.Connection) -> int:
         raise WrongIsolation(f"blob writers must run at READ COMMITTED, not {isolation}: the generation "
                               "check after the lock must see generations opened meanwhile")
     if current is None:
-        conn.execute(queries.load("generations/insert_first_generation"))
+        conn.execute(statements.load("generations/insert_first_generation"))
         current = 1
     while True:
         hold_generation_shared(conn, current)
@@ -70,12 +71,12 @@ def store_blob(conn: psycopg.Connection, s3, *, bucket: str, owner_id: str, cont
     with conn.transaction():
         generation = lock_current_generation(conn)
         blob_id = mail_blob_id(digest, generation)
-        created = conn.execute(queries.load("generations/insert_blob"),
+        created = conn.execute(statements.load("generations/insert_blob"),
                                {"blob_id": blob_id, "generation": generation, "size_bytes": len(content)}
                                ).fetchone() is not None
         if created:
             s3.put_object(Bucket=bucket, Key=mail_key(blob_id), Body=content)
-        conn.execute(queries.load("generations/insert_reference"),
+        conn.execute(statements.load("generations/insert_reference"),
                      {"owner_id": owner_id, "blob_id": blob_id, "generation": generation})
     return StoredBlob(blob_id, generation, created)
 
@@ -89,15 +90,15 @@ def add_reference(conn: psycopg.Connection, *, owner_id: str, blob_id: str) -> i
     content again.
     """
     with conn.transaction():
-        row = conn.execute(queries.load("generations/select_blob_generation"), {"blob_id": blob_id}).fetchone()
+        row = conn.execute(statements.load("generations/select_blob_generation"), {"blob_id": blob_id}).fetchone()
         if row is None:
             raise BlobGone(blob_id)
         hold_generation_shared(conn, row[0])
         # the blob may have been collected while we waited for the lock: look again, holding its row
-        row = conn.execute(queries.load("generations/lock_blob"), {"blob_id": blob_id}).fetchone()
+        row = conn.execute(statements.load("generations/lock_blob"), {"blob_id": blob_id}).fetchone()
         if row is None:
             raise BlobGone(blob_id)
-        conn.execute(queries.load("generations/insert_reference"),
+        conn.execute(statements.load("generations/insert_reference"),
                      {"owner_id": owner_id, "blob_id": blob_id, "generation": row[0]})
     return row[0]
 
@@ -105,5 +106,5 @@ def add_reference(conn: psycopg.Connection, *, owner_id: str, blob_id: str) -> i
 def delete_reference(conn: psycopg.Connection, *, owner_id: str, blob_id: str) -> bool:
     """The application deleting a reference; the trigger records the deletion in the same transaction."""
     with conn.transaction():
-        return conn.execute(queries.load("generations/delete_reference"),
+        return conn.execute(statements.load("generations/delete_reference"),
                             {"owner_id": owner_id, "blob_id": blob_id}).rowcount > 0

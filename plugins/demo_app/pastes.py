@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from blobgc.core import queries
 from blobgc.core.keys import content_key
+from demo_app import statements
 
 SHORT_CODE_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 DEFAULT_CACHE_TTL = timedelta(days=1)
@@ -58,11 +58,11 @@ def create_paste(
     digest = content_hash(content)
     short_code = short_code or new_short_code()
     with conn.transaction():
-        (inserted,) = conn.execute(queries.load("pastes/upsert_content"),
+        (inserted,) = conn.execute(statements.load("pastes/upsert_content"),
                                    {"content_hash": digest, "size_bytes": len(content)}).fetchone()
         if inserted:
             s3.put_object(Bucket=bucket, Key=content_key(digest), Body=content, ContentType="text/plain")
-        conn.execute(queries.load("pastes/insert_paste"),
+        conn.execute(statements.load("pastes/insert_paste"),
                      {"short_code": short_code, "content_hash": digest, "expires_at": expires_at})
     if redis is not None:
         redis.set(f"{redis_prefix}{short_code}", content,

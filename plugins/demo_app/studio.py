@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 
 import psycopg
+from demo_app import statements
 
-from blobgc.core import queries
 
 ASSET_KEY = "studio/{checksum}.{kind}"
 PREVIEW_KEY = "studio-previews/{id}.jpg"
@@ -25,7 +25,7 @@ def upload_asset(conn: psycopg.Connection, s3, bucket: str, data: bytes, *, kind
     checksum = hashlib.sha256(data).hexdigest()
     s3.put_object(Bucket=bucket, Key=ASSET_KEY.format(checksum=checksum, kind=kind), Body=data)
     with conn.transaction():
-        asset_id = conn.execute(queries.load("demo/insert_studio_asset"),
+        asset_id = conn.execute(statements.load("demo/insert_studio_asset"),
                                 {"checksum": checksum, "kind": kind, "bytes": len(data)}).fetchone()[0]
     if preview is not None:
         s3.put_object(Bucket=bucket, Key=PREVIEW_KEY.format(id=asset_id), Body=preview)
@@ -34,9 +34,9 @@ def upload_asset(conn: psycopg.Connection, s3, bucket: str, data: bytes, *, kind
 
 def use_as_cover(conn: psycopg.Connection, project_id: int, asset_id: str | None) -> None:
     with conn.transaction():
-        conn.execute(queries.load("demo/upsert_studio_project"), {"id": project_id, "cover": asset_id})
+        conn.execute(statements.load("demo/upsert_studio_project"), {"id": project_id, "cover": asset_id})
 
 
 def add_clip(conn: psycopg.Connection, project_id: int, asset_id: str) -> None:
     with conn.transaction():
-        conn.execute(queries.load("demo/insert_studio_clip"), {"project_id": project_id, "asset_id": asset_id})
+        conn.execute(statements.load("demo/insert_studio_clip"), {"project_id": project_id, "asset_id": asset_id})

@@ -1,36 +1,107 @@
-"""blobgc.dag_kit.connections: the Airflow connections reach libpq and botocore as they are configured."""
+"""blobgc.dag_kit.connections: the Airflow connections reach libpq, botocore and Redis as the providers' hooks read them."""
 from __future__ import annotations
+
+import json
 
 import psycopg
 import pytest
+import redis as redis_lib
+from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg.conninfo import conninfo_to_dict
+from redis.cluster import RedisCluster
 
 from blobgc.core.settings import ConfigurationError
-from blobgc.dag_kit.connections import client_config, conninfo_of
+from blobgc.dag_kit import connections
+from blobgc.dag_kit.connections import client_config, pg_connection, pg_conninfo, pg_connector, redis_client
+
+EXTRAS = {"sslmode": "require", "sslcert": "/etc/blobgc/client.crt", "sslkey": "/etc/blobgc/client.key",
+          "sslrootcert": "/etc/blobgc/ca.crt", "sslcrl": "/etc/blobgc/ca.crl", "options": "-c statement_timeout=5000",
+          "client_encoding": "UTF8", "keepalives": 1, "keepalives_idle": 30, "target_session_attrs": "read-write"}
 
 
-def test_every_libpq_extra_of_the_postgres_connection_reaches_libpq(test_dsn):
-    """sslmode, client certificates, options...: what the connection's extra says, libpq gets (issue 18)."""
+def use_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **connection) -> str:
+    """Define Airflow connection `conn_id` (an AIRFLOW_CONN_* variable, JSON) for this test."""
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+    return conn_id
+
+
+def postgres_fields(test_dsn: str) -> dict:
+    """The test database as a postgres connection's fields."""
     parts = conninfo_to_dict(test_dsn)
-    fields = {"host": parts["host"], "port": int(parts["port"]), "login": parts.get("user"), "password": None,
-              "schema": parts["dbname"]}
-    extra = {"sslmode": "require", "sslcert": "/etc/blobgc/client.crt", "sslkey": "/etc/blobgc/client.key",
-             "sslrootcert": "/etc/blobgc/ca.crt", "options": "-c statement_timeout=5000", "keepalives": "1",
-             "cursor": "dictcursor", "host": "elsewhere"}
-    assert conninfo_to_dict(conninfo_of(**fields, extra=extra)) == {
-        "host": parts["host"], "port": parts["port"], "user": parts.get("user"), "dbname": parts["dbname"],
-        "sslmode": "require", "sslcert": "/etc/blobgc/client.crt", "sslkey": "/etc/blobgc/client.key",
-        "sslrootcert": "/etc/blobgc/ca.crt", "options": "-c statement_timeout=5000", "keepalives": "1",
-        "application_name": "blobgc"}
+    return {"conn_type": "postgres", "host": parts["host"], "port": int(parts["port"]), "login": parts.get("user"),
+            "schema": parts["dbname"]}
+
+
+def test_every_libpq_extra_of_the_postgres_connection_reaches_libpq(test_dsn, monkeypatch):
+    """sslmode, client certificates, options...: what the connection's extra says, libpq gets (issue 18)."""
+    fields = postgres_fields(test_dsn)
+    conn_id = use_connection(monkeypatch, "blobgc_extras", **fields, extra={**EXTRAS, "cursor": "dictcursor"})
+    assert conninfo_to_dict(pg_conninfo(conn_id)) == {
+        "host": fields["host"], "port": str(fields["port"]), "user": fields["login"], "dbname": fields["schema"],
+        **{k: str(v) for k, v in EXTRAS.items()}, "application_name": "blobgc"}  # the hook's `cursor` is not libpq's
     # libpq itself acts on them: the local server has no TLS, so sslmode=require is refused by libpq
+    use_connection(monkeypatch, "blobgc_tls_required", **fields, extra={"sslmode": "require"})
     with pytest.raises(psycopg.OperationalError, match="SSL"):
-        psycopg.connect(conninfo_of(**fields, extra={"sslmode": "require"}), connect_timeout=5)
-    with psycopg.connect(conninfo_of(**fields, extra={"options": "-c statement_timeout=4321",
-                                                      "application_name": "on-call"})) as conn:
+        with pg_connection("blobgc_tls_required"):
+            pass
+    use_connection(monkeypatch, "blobgc_on_call", **fields, extra={
+        "options": "-c statement_timeout=4321", "application_name": "on-call", "cursor": "dictcursor"})
+    with pg_connection("blobgc_on_call") as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "4321ms"
         assert conn.execute("SELECT current_setting('application_name')").fetchone()[0] == "on-call"
-    with pytest.raises(ConfigurationError, match="IAM"):
-        conninfo_of(**fields, extra={"iam": True})
+        assert conn.execute("SELECT 1 AS one").fetchone() == (1,)  # `cursor` (a psycopg2 cursor factory) ignored
+        assert conn.autocommit
+
+
+def test_blobgc_connects_with_the_parameters_postgres_hook_get_conn_connects_with(test_dsn, monkeypatch):
+    """Same fields, same extras, extras winning over fields as in the hook (a multi-host `host`, say); only
+    `cursor` (the hook's row factory) and blobgc's default application_name differ."""
+    fields = postgres_fields(test_dsn)
+    extra = {**EXTRAS, "host": f"{fields['host']},{fields['host']}", "port": f"{fields['port']},{fields['port']}",
+             "cursor": "namedtuplecursor", "sqlalchemy_scheme": "postgresql+psycopg"}
+    conn_id = use_connection(monkeypatch, "blobgc_as_the_hook", **fields, password="s3cret", extra=extra)
+    seen: dict = {}
+    monkeypatch.setattr(PostgresHook, "_create_connection", lambda self, conn_args: seen.update(conn_args))
+    PostgresHook(postgres_conn_id=conn_id).get_conn()
+    hooks = {k: str(v) for k, v in seen.items() if k != "row_factory"}
+    assert conninfo_to_dict(pg_conninfo(conn_id)) == {**hooks, "application_name": "blobgc"}
+    assert hooks["host"] == extra["host"] and hooks["password"] == "s3cret"
+
+
+def test_iam_authentication_gets_its_token_from_the_hooks_get_iam_token(monkeypatch):
+    """`iam: true` with `aws_conn_id`: the password libpq gets is an RDS auth token signed with that connection's keys."""
+    use_connection(monkeypatch, "blobgc_test_aws", conn_type="aws", login="AKIDBLOBGCTEST", password="not-a-secret",
+                   extra={"region_name": "eu-west-1"})
+    conn_id = use_connection(monkeypatch, "blobgc_iam", conn_type="postgres", host="db.example.com", login="gc",
+                             schema="app", extra={"iam": True, "aws_conn_id": "blobgc_test_aws", "sslmode": "require"})
+    params = conninfo_to_dict(pg_conninfo(conn_id))
+    token = params.pop("password")
+    assert token.startswith("db.example.com:5432/?Action=connect&DBUser=gc&")
+    assert "X-Amz-Credential=AKIDBLOBGCTEST%2F" in token and "%2Feu-west-1%2Frds-db%2F" in token
+    assert params == {"host": "db.example.com", "port": "5432", "user": "gc", "dbname": "app", "sslmode": "require",
+                      "application_name": "blobgc"}
+
+
+def test_each_connection_of_an_iam_connector_gets_a_fresh_token(monkeypatch):
+    """A token lives 15 minutes: pg_connector asks the hook for one per connection, not once for all."""
+    tokens = iter(f"token-{i}" for i in range(10))
+    monkeypatch.setattr(PostgresHook, "get_iam_token", lambda self, conn: (conn.login, next(tokens), 5432))
+    opened: list[str] = []
+    monkeypatch.setattr(connections, "pg_connect", lambda conninfo: opened.append(conninfo_to_dict(conninfo)["password"]))
+    conn_id = use_connection(monkeypatch, "blobgc_iam_connector", conn_type="postgres", host="db.example.com",
+                             login="gc", extra={"iam": True})
+    connect = pg_connector(conn_id)
+    connect()
+    connect()
+    assert opened == ["token-1", "token-2"]  # token-0 was the connector's own check of the connection
+
+
+def test_an_extra_neither_libpq_nor_the_hook_knows_is_refused_naming_it(monkeypatch):
+    """A misspelt `sslmode` would otherwise connect without TLS: libpq would refuse it too, less clearly."""
+    conn_id = use_connection(monkeypatch, "blobgc_typo", conn_type="postgres", host="db.example.com",
+                             extra={"sslmod": "require"})
+    with pytest.raises(ConfigurationError, match="has sslmod: neither a libpq keyword"):
+        pg_conninfo(conn_id)
 
 
 def test_the_connections_config_kwargs_win_over_blobgcs_defaults_and_bad_ones_are_refused():
@@ -43,3 +114,43 @@ def test_the_connections_config_kwargs_win_over_blobgcs_defaults_and_bad_ones_ar
         client_config({"config_kwargs": {"no_such_option": 1}})
     with pytest.raises(ConfigurationError, match="must be a JSON object"):
         client_config({"config_kwargs": "retries=3"})
+
+
+def test_a_standalone_redis_connection_gives_a_plain_redis_client(monkeypatch):
+    """Through RedisHook: host, port, password and `db` from the connection, no cluster."""
+    conn_id = use_connection(monkeypatch, "blobgc_redis_standalone", conn_type="redis", host="127.0.0.1", port=6390,
+                             password="pw", extra={"db": 3})
+    client = redis_client(conn_id)
+    assert type(client) is redis_lib.Redis
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"], kwargs["password"], kwargs["db"]) == ("127.0.0.1", 6390, "pw", 3)
+
+
+def test_a_cluster_redis_connection_gives_a_cluster_client_that_purges_keys_across_slots(conn, tmp_path,
+                                                                                         monkeypatch):
+    """`cluster: true` (RedisHook's own extra, bootstrap nodes in `startup_nodes`): a RedisCluster, and the cache
+    purge through it unlinks keys of every slot on every node."""
+    from blobgc.core.cache_purge import owe_cache_purge, purge_owed_cache_keys
+    from blobgc.core.runs import RunRef, ensure_run
+    from tests.helpers import NOW
+    from tests.support.redis_cluster import redis_cluster
+
+    keys = [f"paste-{i}" for i in range(1500)]
+    with redis_cluster(tmp_path) as cluster:
+        first, *others = sorted(node.port for node in cluster.get_nodes())
+        conn_id = use_connection(monkeypatch, "blobgc_redis_cluster", conn_type="redis", host="127.0.0.1", port=first,
+                                 extra={"cluster": True, "startup_nodes": ",".join(f"127.0.0.1:{p}" for p in others)})
+        client = redis_client(conn_id)
+        assert isinstance(client, RedisCluster)
+        for key in keys:
+            client.set(key, b"cached")
+        assert len({client.get_node_from_key(key).port for key in keys}) == 3  # the keys span all three nodes
+        run = ensure_run(conn, RunRef("blobgc_paste_expiry", "cluster-connection"), NOW)
+        with conn.transaction():
+            owe_cache_purge(conn, run, keys[:1000])
+            owe_cache_purge(conn, run, keys[1000:])
+        purged = purge_owed_cache_keys(conn, client, run)
+        assert (purged.keys_purged, purged.keys_found) == (1500, 1500)
+        assert not any(cluster.exists(key) for key in keys)
+        client.close()
+    assert conn.execute("SELECT count(*) FROM blobgc.cache_purge").fetchone()[0] == 0

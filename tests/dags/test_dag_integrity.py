@@ -1,4 +1,5 @@
-"""DagBag integrity: every DAG imports, is tagged, retries, and has the tasks and Params the contract names."""
+"""DagBag integrity: every DAG imports, is tagged, retries, alerts on failure, and has the tasks and Params the
+contract names."""
 from __future__ import annotations
 
 import os
@@ -65,6 +66,18 @@ def test_dag_is_tagged_retries_and_runs_one_at_a_time(dagbag, dag_id):
         assert task.retries >= 2, f"{dag_id}.{task.task_id} retries {task.retries}"
         assert task.execution_timeout is not None
         assert task.retry_exponential_backoff
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED_TASKS))
+def test_every_task_alerts_on_failure_through_blobgc_notify(dagbag, dag_id):
+    """Every task's on_failure_callback is blobgc's notifier, which reads Variable blobgc_notify when it fails."""
+    from blobgc.dag_kit.notify import BlobgcFailureNotifier
+
+    for task in dagbag.dags[dag_id].tasks:
+        callbacks = task.on_failure_callback
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]  # a mapped task keeps it unwrapped
+        assert any(isinstance(c, BlobgcFailureNotifier) for c in callbacks), \
+            f"{dag_id}.{task.task_id} on_failure_callback {callbacks}"
 
 
 @pytest.mark.parametrize("dag_id", sorted(GRACE_PARAMS))

@@ -97,6 +97,14 @@ KEY_SOURCES: tuple[KeySource, ...] = (
 SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
 
 
+def present_sources(conn: psycopg.Connection) -> tuple[KeySource, ...]:
+    """The seed sources whose table this database has: a deployment without pastes (say) has no pastes/ source,
+    and keys there are unknown to it like any other folder's."""
+    tables = [s.name for s in KEY_SOURCES]
+    found = {row[0] for row in conn.execute(queries.load("catalog/select_present_tables"), {"names": tables})}
+    return tuple(s for s in KEY_SOURCES if s.name in found)
+
+
 @dataclass(frozen=True)
 class Shard(TaskResult):
     """A part of a bucket reconciled by one mapped task: a source's shard, a collection's prefix, or keys of no
@@ -145,8 +153,9 @@ def discover_shards(
     """
     collections = collections or []
     shards: list[Shard] = []
-    seed_sources = KEY_SOURCES if seeds else tuple(
-        s for s in KEY_SOURCES if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections))
+    present = KEY_SOURCES if conn is None else present_sources(conn)
+    seed_sources = present if seeds else tuple(
+        s for s in present if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections))
     for source in seed_sources:
         found = set(leading_shards(s3, bucket, source.prefix, source.layout.shard_chars))
         if conn is not None:
@@ -155,7 +164,7 @@ def discover_shards(
     own = collection_shards(collections)
     shards += own
     if seeds:
-        known = tuple(s.prefix for s in KEY_SOURCES)
+        known = tuple(s.prefix for s in seed_sources)
         claimed = tuple(s.prefix for s in own if s.bucket == bucket)
         top = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Delimiter="/")
         loose = False

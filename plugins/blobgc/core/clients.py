@@ -1,7 +1,7 @@
 """Clients for PostgreSQL, S3 and Redis built from plain settings or from `.blobgc/env` variables.
 
-`blobgc.airflow_adapters` builds the same clients from Airflow connections; tests and benchmarks
-use the `*_from_env` functions here.
+`blobgc.dag_kit.connections` builds the same clients from Airflow connections, through the providers'
+hooks; tests and benchmarks use the `*_from_env` functions here.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import boto3
 import psycopg
 import redis
 from botocore.config import Config
+from psycopg.conninfo import conninfo_to_dict
 
 # Transport-level retries belong to botocore; DeleteObjects' per-key Errors[] are ours (blobgc.objects).
 # Checksums only where the API requires them (DeleteObjects still gets one): botocore's default of a
@@ -40,7 +41,9 @@ def pg_connect(conninfo: str, **kwargs) -> psycopg.Connection:
     (measured 20 ms on a 1000-id reference check) than it saves; blobgc parallelizes by key range.
     """
     kwargs.setdefault("autocommit", True)
-    conn = psycopg.connect(conninfo, connect_timeout=10, **kwargs)
+    if "connect_timeout" not in conninfo_to_dict(conninfo):  # a connection's own connect_timeout extra wins
+        kwargs.setdefault("connect_timeout", 10)
+    conn = psycopg.connect(conninfo, **kwargs)
     conn.prepare_threshold = None
     conn.execute("SET max_parallel_workers_per_gather = 0")
     return conn

@@ -80,11 +80,18 @@ class CollectionsError(ConfigurationError):
 
 
 def collections_path() -> Path:
-    """$BLOBGC_COLLECTIONS, or include/collections.yaml beside include/sql."""
+    """$BLOBGC_COLLECTIONS, or else `include/collections.yaml` of the Airflow project.
+
+    The project is the checkout blobgc runs from (plugins/blobgc/ beside include/), or else
+    $AIRFLOW_HOME (the official image's and Astro's include/ lie there), or else the working directory.
+    """
     override = os.environ.get("BLOBGC_COLLECTIONS")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "include" / "collections.yaml"
+    checkout = Path(__file__).resolve().parents[3]
+    if (checkout / "plugins" / "blobgc").is_dir():
+        return checkout / "include" / "collections.yaml"
+    return Path(os.environ.get("AIRFLOW_HOME") or ".") / "include" / "collections.yaml"
 
 
 # ---------------------------------------------------------------------------------------------- templates
@@ -344,7 +351,7 @@ class BoundCollection:
         return [t.format(values) for t in self.collection.templates]
 
     def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
-        """include/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
+        """blobgc/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
         c = self.collection
         return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
                                                   type=sql.SQL(self.id_type), marks=c.mark_table, **parts)

@@ -1,6 +1,6 @@
 """Apply a folder of NNNN_*.sql migrations in order, once each, remembering what was applied.
 
-`python -m blobgc.core.migrate` applies blobgc's own, include/sql/migrations/ (BLOBGC_PG_DSN names the
+`python -m blobgc.core.migrate` applies blobgc's own, blobgc/sql/migrations/ (package data) (BLOBGC_PG_DSN names the
 database). They create schema blobgc and nothing else, so blobgc can be migrated into any database, live or
 not, whatever the application keeps in its own schemas. The demo application's migrations go through the same
 runner with a folder, table and lock of their own (`python -m demo_app.migrate`).
@@ -27,6 +27,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import psycopg
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 MIGRATION_LOCK = 0x626C6F62  # "blob"
 TABLE = "blobgc.schema_migration"
 NO_TRANSACTION = "-- blobgc: no transaction"
+MIGRATION_NAME = re.compile(r"[0-9]{4}_.*\.sql")
 DEFAULT_LOCK_TIMEOUT = "10s"
 LOCK_POLL_SECONDS = 0.2
 
@@ -70,10 +72,11 @@ class MigrationLockTimeout(RuntimeError):
     """A migration waited longer than lock_timeout for a lock another session holds; it was not recorded."""
 
 
-def migrations(folder: Path | None = None) -> list[tuple[str, str]]:
-    """(version, text) of each NNNN_*.sql in `folder` (blobgc's by default), in order."""
-    folder = folder or sql_root() / "migrations"
-    return [(p.stem, p.read_text()) for p in sorted(folder.glob("[0-9][0-9][0-9][0-9]_*.sql"))]
+def migrations(folder: Path | Traversable | None = None) -> list[tuple[str, str]]:
+    """(version, text) of each NNNN_*.sql in `folder` (blobgc's package data by default), in order."""
+    folder = folder or sql_root().joinpath("migrations")
+    found = sorted((entry.name, entry) for entry in folder.iterdir() if MIGRATION_NAME.fullmatch(entry.name))
+    return [(name[:-len(".sql")], entry.read_text(encoding="utf-8")) for name, entry in found]
 
 
 def checksum(text: str) -> str:

@@ -4,6 +4,7 @@
 - `connections` and `variables`: clients and settings from Airflow connections and Variables;
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
   steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`;
+- `notify`: the failure alert every task has as `on_failure_callback` (Variable `blobgc_notify`);
 - `worker_identity`: the hostname a local Celery worker reports.
 
 Nothing here runs at DAG-parse time but Param definitions. The names below are imported on first
@@ -21,6 +22,7 @@ _EXPORTS = {
     "deleting_params": "params", "destructive_params": "params",
     "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
     "purge_owed_cache_keys": "steps", "report_run": "steps",
+    "BlobgcFailureNotifier": "notify", "check_notify_variable": "notify", "failure_notifier": "notify",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import psycopg
 from botocore.config import Config
@@ -11,36 +12,51 @@ from psycopg.conninfo import make_conninfo
 from blobgc.core.clients import S3_CONFIG, pg_connect
 from blobgc.core.settings import ConfigurationError
 
+if TYPE_CHECKING:
+    import redis
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+    from redis.cluster import RedisCluster
+
 PG_CONN_ID = "blobgc_postgres"
 S3_CONN_ID = "blobgc_s3"
 REDIS_CONN_ID = "blobgc_redis"
 
 
 def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
-    """The libpq connection string of a `postgres` connection. Every extra that is a libpq keyword
-    (`sslmode`, `sslcert`, `sslkey`, `sslrootcert`, `sslcrl`, `options`, `target_session_attrs`,
-    `keepalives`, ...) reaches libpq as it is; the connection's own fields and other extras (the
-    provider's `cursor`, `iam`, ...) do not."""
-    from airflow.sdk import Connection
+    """The libpq connection string of a `postgres` connection, as the provider's PostgresHook reads it."""
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    c = Connection.get(conn_id)
-    return conninfo_of(host=c.host, port=c.port, login=c.login, password=c.password, schema=c.schema,
-                       extra=c.extra_dejson)
+    return hook_conninfo(PostgresHook(postgres_conn_id=conn_id))
 
 
-def conninfo_of(*, host: str | None, port: int | None, login: str | None, password: str | None,
-                schema: str | None, extra: dict) -> str:
-    if extra.get("iam"):
-        raise ConfigurationError("the blobgc_postgres connection asks for IAM authentication (extra `iam`), which "
-                                 "blobgc does not generate tokens for yet: use a password or a client certificate")
-    passed = {k: v for k, v in extra.items() if k in LIBPQ_KEYWORDS - OWN_FIELDS}
-    passed.setdefault("application_name", "blobgc")
-    return make_conninfo(host=host or "localhost", port=port or 5432, user=login or None,
-                         password=password or None, dbname=schema or None, **passed)
+def hook_conninfo(hook: PostgresHook) -> str:
+    """What `hook.get_conn()` would connect with, as a conninfo for blobgc's own psycopg 3 connection.
+
+    The same parameters, from the hook itself: the connection's fields, IAM through the hook's
+    `get_iam_token` (AWS RDS, Redshift, Redshift Serverless, or Azure with `azure_conn_id`) when the
+    extra says `iam`, then every extra but the hook's `ignored_extra_options`, which win over the
+    fields as they do in the hook. Only two differences: `cursor` (a row factory for the hook) is
+    ignored, since blobgc reads tuples, and `application_name` defaults to "blobgc". An extra libpq
+    does not know (a misspelt `sslmode`) is refused here, as libpq would refuse it, naming it.
+    """
+    connection = hook.connection
+    extra = connection.extra_dejson
+    login, password, port = connection.login, connection.password, connection.port
+    if extra.get("iam", False):
+        login, password, port = hook.get_iam_token(connection)
+    fields = {"host": connection.host, "user": login, "password": password, "dbname": hook.database or connection.schema,
+              "port": port}
+    params = {k: v for k, v in fields.items() if v not in (None, "")}
+    params.update((k, v) for k, v in extra.items() if k not in hook.ignored_extra_options)
+    if unknown := sorted(set(params) - LIBPQ_KEYWORDS):
+        raise ConfigurationError(f"the {hook.get_conn_id()} connection's extra has {', '.join(unknown)}: neither a "
+                                 f"libpq keyword (sslmode, sslcert, options, ...) nor an extra PostgresHook reads "
+                                 f"({', '.join(sorted(hook.ignored_extra_options))})")
+    params.setdefault("application_name", "blobgc")
+    return make_conninfo(**params)
 
 
 LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults())
-OWN_FIELDS = frozenset({"host", "port", "user", "password", "dbname"})  # the connection's fields, not its extra
 
 
 @contextmanager
@@ -54,8 +70,14 @@ def pg_connection(conn_id: str = PG_CONN_ID) -> Iterator[psycopg.Connection]:
 
 
 def pg_connector(conn_id: str = PG_CONN_ID) -> Callable[[], psycopg.Connection]:
-    """A zero-argument factory of further connections, for work spread over several connections."""
-    conninfo = pg_conninfo(conn_id)
+    """A zero-argument factory of further connections, for work spread over several connections; with IAM,
+    each connection gets a token of its own (a token lives 15 minutes)."""
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    hook = PostgresHook(postgres_conn_id=conn_id)
+    conninfo = hook_conninfo(hook)  # a bad connection fails here, before any work
+    if hook.connection.extra_dejson.get("iam", False):
+        return lambda: pg_connect(hook_conninfo(hook))
     return lambda: pg_connect(conninfo)
 
 
@@ -83,7 +105,10 @@ def client_config(extra: dict) -> Config:
                                  f"{error}") from error
 
 
-def redis_client(conn_id: str = REDIS_CONN_ID):
+def redis_client(conn_id: str = REDIS_CONN_ID) -> redis.Redis | RedisCluster:
+    """The client of the `redis` connection, through the provider's RedisHook: a `redis.Redis`, or with
+    extra `cluster: true` (bootstrap nodes in `startup_nodes`) a `RedisCluster`, which the cache purge
+    sends one UNLINK per hash slot; `db`, `ssl` and the `ssl_*` extras as the hook reads them."""
     from airflow.providers.redis.hooks.redis import RedisHook
 
     return RedisHook(redis_conn_id=conn_id).get_conn()

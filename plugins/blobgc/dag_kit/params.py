@@ -3,7 +3,8 @@
 CONTRACT §4: every DAG that deletes anything takes `dry_run` (false) and `batch_size` (1000, at most
 1000), and its own grace Param. Deployment knobs are read from the environment when DAG files are
 parsed (never from the metadata database): BLOBGC_TASK_RETRIES (default 3) and
-BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry).
+BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry). Every task's `on_failure_callback` is blobgc's
+failure notifier (`notify`), which reads Variable `blobgc_notify` only when a task fails.
 """
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ def dag_defaults() -> dict[str, Any]:
 
 
 def default_args() -> dict[str, Any]:
-    """Every blobgc task's defaults, read from the environment each time a DAG file is parsed."""
+    """Every blobgc task's defaults, read from the environment each time a DAG file is parsed, and the failure
+    alert (`notify.BlobgcFailureNotifier`: Variable `blobgc_notify`, read when a task fails)."""
+    from blobgc.dag_kit.notify import failure_notifier
+
     return {
         "owner": "blobgc",
         "retries": int(os.environ.get("BLOBGC_TASK_RETRIES", "3")),
@@ -34,6 +38,7 @@ def default_args() -> dict[str, Any]:
         "retry_exponential_backoff": 2.0,  # 30 s, 60 s, 120 s ...
         "max_retry_delay": timedelta(minutes=15),
         "execution_timeout": timedelta(hours=2),
+        "on_failure_callback": failure_notifier(),
     }
 
 

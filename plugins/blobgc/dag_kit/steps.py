@@ -32,12 +32,15 @@ from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.collections import s3_for_collections
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.params import S3_POOL
+from blobgc.dag_kit.notify import check_notify_variable
+from blobgc.dag_kit.pools import check_dag_pools
+from blobgc.dag_kit.tables import check_required_tables
 
 log = logging.getLogger(__name__)
 
 OUTBOX_DRAINS = 2  # drains side by side: one's database work overlaps the other's S3 calls
 # The context values a step receives as arguments (Airflow passes a task the ones its signature names).
-CONTEXT_ARGS = ("dag_run", "run_id", "params", "data_interval_end")
+CONTEXT_ARGS = ("dag_run", "run_id", "params", "data_interval_end", "task")
 
 
 @dataclass
@@ -93,6 +96,7 @@ def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_e
     run = RunRef(dag_id=dag_run.dag_id, run_id=run_id, dry_run=bool(params.get("dry_run", False)))
     with failing_fast(), pg_connection() as conn:
         check_schema_current(conn)  # a schema behind the code fails the task, saying what to run
+        check_required_tables(conn, run.dag_id)  # a DAG enabled without its tables fails, naming them
         yield Step(conn, ensure_run(conn, run, requested), dict(params))
 
 
@@ -113,8 +117,11 @@ def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
 
         @functools.wraps(fn)
         def body(*args: Any, dag_run: Any = None, run_id: str = "", params: dict | None = None,
-                 data_interval_end: datetime | None = None, **kwargs: Any) -> Any:
+                 data_interval_end: datetime | None = None, task: Any = None, **kwargs: Any) -> Any:
             with failing_fast():
+                if task is not None and not task.upstream_task_ids:  # a DAG's first task checks the deployment:
+                    check_dag_pools(task)  # every pool its tasks use exists,
+                    check_notify_variable()  # and the failure alerts it would send are configured right
                 for check in checks:
                     check()
             with open_step(dag_run, run_id, params or {}, data_interval_end) as step:

@@ -1,0 +1,44 @@
+"""The application tables each DAG collects, checked before a task does anything: every DAG is opt-in.
+
+A team enables only the DAGs whose data it has (`python -m blobgc.dags list`). A DAG enabled against a
+database without its tables imports fine, and its first task fails at once, without retries, naming
+the missing tables. The collection DAGs (mark, sweep, reconcile, restore) need no fixed table: the
+collections file names theirs, and it is checked against the catalog by the same first task.
+"""
+from __future__ import annotations
+
+import psycopg
+
+from blobgc.core import queries
+from blobgc.core.settings import ConfigurationError
+
+# dag_id -> (what it collects, the tables it needs)
+REQUIRED_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "blobgc_paste_expiry": ("seed 002's pastes", ("app.paste", "app.content")),
+    "blobgc_image_cleanup": ("seed 001's crawled images", ("app.image",)),
+    "blobgc_crawler": ("seed 001's partner photos", ("app.offer", "app.image", "app.crawl_request")),
+    "blobgc_generations": ("seed 003's generations of mail blobs",
+                           ("gen.generation", "gen.blob", "gen.reference", "gen.deletion")),
+}
+
+
+class MissingTables(ConfigurationError):
+    """A DAG was enabled against a database that lacks the tables it collects."""
+
+
+def missing_tables(conn: psycopg.Connection, names: tuple[str, ...] | list[str]) -> list[str]:
+    """The tables among `names` that the database does not have (in the connection's search path, if unqualified)."""
+    return [row[0] for row in conn.execute(queries.load("catalog/select_missing_tables"), {"names": list(names)})]
+
+
+def check_required_tables(conn: psycopg.Connection, dag_id: str) -> None:
+    """Raise MissingTables, naming them, when the database lacks a table `dag_id` collects."""
+    if dag_id not in REQUIRED_TABLES:
+        return
+    what, names = REQUIRED_TABLES[dag_id]
+    missing = missing_tables(conn, names)
+    if missing:
+        raise MissingTables(
+            f"{dag_id} collects {what} and needs the table(s) {', '.join(missing)}, which this database "
+            f"(connection blobgc_postgres) does not have. Enable only the DAGs whose tables you have "
+            f"(`python -m blobgc.dags list`): pause {dag_id} and remove dags/{dag_id}.py, or create the tables.")

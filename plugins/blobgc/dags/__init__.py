@@ -1,0 +1,53 @@
+"""blobgc's DAGs, shipped in the package: a DAG folder enables each one with a two-line file.
+
+Every DAG is opt-in. A deployment's DAG folder holds one short file per DAG it wants, named after the
+DAG (CONTRACT §4: `dags/<dag_id>.py`), e.g. `dags/blobgc_sweep.py`:
+
+    from blobgc.dags import load  # airflow DAG: blobgc_sweep, from the installed blobgc package
+    dag = load("blobgc_sweep")
+
+`python -m blobgc.dags install DAGS_FOLDER blobgc_mark blobgc_sweep ...` writes those files
+(`--list` shows the DAGs). `load` runs the DAG's module afresh on every parse, so each parse reads the
+deployment's settings anew (BLOBGC_TASK_RETRIES, ...) and an upgraded package takes effect at the next
+parse, with no stale copy cached in a long-lived process. Airflow records the DAG folder's file as the
+DAG's file, as for any DAG built by a function it calls.
+"""
+from __future__ import annotations
+
+import runpy
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+# dag_id -> what it collects (its tables are checked by its first task, never at import)
+DAGS: dict[str, str] = {
+    "blobgc_mark": "marks the rows of every collection unused or used, from every reference (CONTRACT §6)",
+    "blobgc_sweep": "deletes rows of every collection unused for longer than their grace, then their objects",
+    "blobgc_reconcile": "lists the buckets and deletes objects no row accounts for, older than an age floor",
+    "blobgc_restore": "undoes one run's deletions on a versioned bucket",
+    "blobgc_paste_expiry": "expires pastes (seed 002: app.paste, app.content, Redis cache keys)",
+    "blobgc_image_cleanup": "removes unbound crawled images (seed 001: app.image)",
+    "blobgc_generations": "generation-based GC with a bloom filter (seed 003: schema gen)",
+    "blobgc_media_staging": "deletes abandoned staging uploads of the S3-only media store (seed 004)",
+}
+# What a team with only its own collections enables.
+COLLECTION_DAGS = ("blobgc_mark", "blobgc_sweep", "blobgc_reconcile", "blobgc_restore")
+
+
+def load(dag_id: str) -> DAG:
+    """Build the DAG `dag_id` afresh from the package (call it at the top level of a DAG file)."""
+    if dag_id not in DAGS:
+        raise ValueError(f"blobgc ships no DAG {dag_id!r}; it ships: {', '.join(DAGS)}")
+    return runpy.run_module(f"{__name__}.{dag_id}", run_name=f"{__name__}.{dag_id}")["dag"]
+
+
+def dag_file(dag_id: str) -> str:
+    """The text of the DAG-folder file that enables `dag_id` (the words 'airflow' and 'DAG' let Airflow's
+    safe-mode parser pick it up)."""
+    if dag_id not in DAGS:
+        raise ValueError(f"blobgc ships no DAG {dag_id!r}; it ships: {', '.join(DAGS)}")
+    return (f'"""{dag_id}: {DAGS[dag_id]}.\n\n'
+            f'Defined in the blobgc package (blobgc/dags/{dag_id}.py); this file enables it.\n"""\n'
+            f"from blobgc.dags import load  # airflow DAG from the installed blobgc package\n\n"
+            f'dag = load("{dag_id}")\n')

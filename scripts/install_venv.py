@@ -1,0 +1,75 @@
+"""Build blobgc's wheel and install it into a virtualenv that holds only Airflow and the providers.
+
+This is what a platform team does to add blobgc to an Airflow it already runs, and what the install
+test (tests/deploy/test_install.py) checks. The virtualenv is cached at `.blobgc/install-venv`: it is
+built once per version of the pinned lock (`requirements.txt`, used as constraints, so nothing newer than
+the lock and nothing beyond the package registries is fetched); every call rebuilds the wheel from the
+working tree and reinstalls it, with the dependencies it declares.
+
+    python scripts/install_venv.py        # prints the virtualenv's python
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".blobgc" / "install-venv"
+LOCK = ROOT / "requirements.txt"
+# What the team's Airflow already has: Airflow itself and the providers blobgc uses. Nothing of blobgc's.
+AIRFLOW = [
+    "apache-airflow", "apache-airflow-providers-amazon", "apache-airflow-providers-postgres",
+    "apache-airflow-providers-redis", "apache-airflow-providers-smtp", "apache-airflow-providers-standard",
+]
+PIP = ["--quiet", "--disable-pip-version-check"]
+
+
+def run(*argv: str | Path) -> None:
+    subprocess.run([str(a) for a in argv], check=True)
+
+
+def airflow_venv() -> Path:
+    """The cached virtualenv with Airflow and the providers only, (re)built when the lock changes."""
+    stamp = VENV / ".lock-sha256"
+    digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest and (VENV / "bin" / "airflow").exists():
+        return VENV
+    shutil.rmtree(VENV, ignore_errors=True)
+    run(sys.executable, "-m", "venv", VENV)
+    run(VENV / "bin" / "pip", "install", *PIP, "-c", LOCK, *AIRFLOW)
+    stamp.write_text(digest)
+    return VENV
+
+
+def build_wheel(out: Path) -> Path:
+    """blobgc's wheel from the working tree (setuptools from the lock, no build isolation: no download).
+
+    It is built from a copy of what the wheel is made of, so that the build's egg-info never lands in
+    plugins/, where the checkout's own Airflow would read its entry point (and load the plugin twice)."""
+    source = out / "source"
+    for part in ("pyproject.toml", "README.md"):
+        (source / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / part, source / part)
+    shutil.copytree(ROOT / "plugins" / "blobgc", source / "plugins" / "blobgc",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    run(ROOT / ".venv" / "bin" / "pip", "wheel", *PIP, "--no-deps", "--no-build-isolation", "-w", out, source)
+    (wheel,) = out.glob("blobgc-*.whl")
+    return wheel
+
+
+def install() -> Path:
+    """Install a freshly built wheel into the cached virtualenv; return its python."""
+    venv = airflow_venv()
+    with tempfile.TemporaryDirectory() as out:
+        wheel = build_wheel(Path(out))
+        run(venv / "bin" / "pip", "uninstall", *PIP, "--yes", "blobgc")
+        run(venv / "bin" / "pip", "install", *PIP, "-c", LOCK, wheel)
+    return venv / "bin" / "python"
+
+
+if __name__ == "__main__":
+    print(install())
