@@ -23,6 +23,11 @@ def conninfo(args: argparse.Namespace) -> str:
     if args.conn_id:
         from blobgc.dag_kit.connections import pg_conninfo
 
+        # This command runs where the `airflow` CLI runs, beside the metadata database, as Airflow's own server
+        # processes do: a connection stored there (`airflow connections add`) resolves as well as one in the
+        # environment or a secrets backend. Outside a task, the Task SDK otherwise looks only at those two.
+        os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+
         return pg_conninfo(args.conn_id)
     dsn = args.dsn or os.environ.get("BLOBGC_PG_DSN")
     if not dsn:

@@ -18,7 +18,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-CONN_IDS = {"blobgc_postgres", "blobgc_s3", "blobgc_redis", "blobgc_airflow_api"}  # the last one is optional
+CONN_IDS = {"blobgc_postgres", "blobgc_s3", "blobgc_redis"}
+OPTIONAL_CONN_IDS = {"blobgc_airflow_api"}  # the pool check's, declared by compose
 
 
 def compose() -> dict:
@@ -40,7 +41,7 @@ def test_compose_airflow_uses_celery_and_mounts_dags_plugins_include():
         assert service["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
         targets = {v.split(":")[1] for v in service["volumes"]}
         assert {"/opt/airflow/dags", "/opt/airflow/plugins", "/opt/airflow/include"} <= targets
-        for conn_id in CONN_IDS:
+        for conn_id in CONN_IDS | OPTIONAL_CONN_IDS:
             assert f"AIRFLOW_CONN_{conn_id.upper()}" in service["environment"]
 
 
@@ -48,8 +49,7 @@ def test_airflow_settings_declare_connections_variables_and_pool():
     settings = yaml.safe_load((ROOT / "airflow_settings.yaml").read_text())["airflow"]
     assert {c["conn_id"] for c in settings["connections"]} == CONN_IDS
     types = {c["conn_id"]: c["conn_type"] for c in settings["connections"]}
-    assert types == {"blobgc_postgres": "postgres", "blobgc_s3": "aws", "blobgc_redis": "redis",
-                     "blobgc_airflow_api": "http"}
+    assert types == {"blobgc_postgres": "postgres", "blobgc_s3": "aws", "blobgc_redis": "redis"}
     variables = {v["variable_name"]: v["variable_value"] for v in settings["variables"]}
     assert variables["blobgc_bucket"] == "blobgc"
     assert variables["blobgc_media_bucket_prefix"] == "fakebook-"
@@ -76,34 +76,44 @@ def test_compose_pins_minio_and_its_client_to_release_tags():
 
 
 def test_compose_bakes_in_no_admin_password(tmp_path):
-    """The UI's admin password comes from BLOBGC_ADMIN_PASSWORD, which has no default: airflow-init refuses to
-    start without it and writes it, and only it, into the simple auth manager's passwords file (issue 18)."""
+    """The UI's admin password comes from BLOBGC_ADMIN_PASSWORD, which has no default and reaches only airflow-init:
+    it refuses to start without it (and without the pool check's read-only user's, BLOBGC_POOLS_PASSWORD) and
+    writes both, and only them, into the simple auth manager's passwords file (issue 18)."""
     text = (ROOT / "docker-compose.yaml").read_text()
     assert "admin / admin" not in text and "admin:admin@" not in text
     services = compose()["services"]
+    for name, service in services.items():  # the admin password is in no other container's environment
+        if name != "airflow-init":
+            assert "BLOBGC_ADMIN_PASSWORD" not in json.dumps(service.get("environment") or {}), name
+    init_env = services["airflow-init"]["environment"]
+    assert init_env["BLOBGC_ADMIN_PASSWORD"] == "${BLOBGC_ADMIN_PASSWORD:-}"
+    assert init_env["BLOBGC_POOLS_PASSWORD"] == "${BLOBGC_POOLS_PASSWORD:-}"
     env = services["airflow-apiserver"]["environment"]
-    assert env["BLOBGC_ADMIN_PASSWORD"] == "${BLOBGC_ADMIN_PASSWORD:-}"
     assert str(env.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "false")).lower() == "false"
     users = [u.split(":") for u in env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(",")]
-    assert users == [["admin", "admin"]]  # username:role: the simple auth manager takes no password here
+    assert users == [["admin", "admin"], ["blobgc-pools", "viewer"]]  # username:role: no password here
     passwords_file = Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"])
     for name in ("airflow-init", "airflow-apiserver"):  # the file lives in a volume the two of them share
         assert f"airflow-auth:{passwords_file.parent}" in services[name]["volumes"], name
     assert f"mkdir -p {passwords_file.parent}" in (ROOT / "Dockerfile").read_text()  # the volume is airflow's
     assert "airflow-auth" not in str(services["airflow-worker"].get("volumes"))
-    assert env["AIRFLOW_CONN_BLOBGC_AIRFLOW_API"].count("${BLOBGC_ADMIN_PASSWORD:-}") == 1
+    api = json.loads(env["AIRFLOW_CONN_BLOBGC_AIRFLOW_API"])
+    assert (api["login"], api["password"]) == ("blobgc-pools", "${BLOBGC_POOLS_PASSWORD:-}")
 
     setup = init_command().split(" && airflow db migrate")[0]  # the refusal and the passwords file, run here
     target = tmp_path / "passwords.json"
-    password = f"p\"w\\{uuid.uuid4().hex} $HOME"
+    password, pools = f"p\"w\\{uuid.uuid4().hex} $HOME", uuid.uuid4().hex
     written = subprocess.run(["bash", "-c", setup], capture_output=True, text=True, env={
-        **os.environ, "BLOBGC_ADMIN_PASSWORD": password, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(target)})
+        **os.environ, "BLOBGC_ADMIN_PASSWORD": password, "BLOBGC_POOLS_PASSWORD": pools,
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(target)})
     assert written.returncode == 0, written.stderr
-    assert json.loads(target.read_text()) == {"admin": password}
+    assert json.loads(target.read_text()) == {"admin": password, "blobgc-pools": pools}
     assert target.stat().st_mode & 0o777 == 0o600
-    refused = subprocess.run(["bash", "-c", setup], capture_output=True, text=True, env={
-        **os.environ, "BLOBGC_ADMIN_PASSWORD": "", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(target)})
-    assert refused.returncode == 1 and "BLOBGC_ADMIN_PASSWORD is not set" in refused.stderr
+    for missing in ("BLOBGC_ADMIN_PASSWORD", "BLOBGC_POOLS_PASSWORD"):
+        refused = subprocess.run(["bash", "-c", setup], capture_output=True, text=True, env={
+            **os.environ, "BLOBGC_ADMIN_PASSWORD": password, "BLOBGC_POOLS_PASSWORD": pools, missing: "",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(target)})
+        assert refused.returncode == 1 and "BLOBGC_POOLS_PASSWORD must be set" in refused.stderr, missing
 
 
 def test_compose_init_and_airflow_settings_create_every_pool_the_dags_use():

@@ -103,7 +103,6 @@ def install(stack, installed_python):
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW_CONN_BLOBGC_POSTGRES": url_of(dsn, APP_DB),
         "AIRFLOW_CONN_BLOBGC_S3": stack["AIRFLOW_CONN_BLOBGC_S3"],
         "AIRFLOW_CONN_BLOBGC_REDIS": stack["AIRFLOW_CONN_BLOBGC_REDIS"],
         "AIRFLOW_VAR_BLOBGC_BUCKET": bucket,
@@ -119,8 +118,11 @@ def install(stack, installed_python):
         assert result.returncode == 0, f"{' '.join(argv)} failed:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}"
         return result.stdout
 
-    # the README's "Install into an existing Airflow" steps, in order
+    # the README's "Install into an existing Airflow" steps, in order; blobgc_postgres is stored in the metadata
+    # database, as `airflow connections add` does it (S3 and Redis come from the environment, as AIRFLOW_CONN_*)
     ok("airflow", "db", "migrate")
+    run("airflow", "connections", "delete", "blobgc_postgres")
+    ok("airflow", "connections", "add", "blobgc_postgres", "--conn-uri", url_of(dsn, APP_DB))
     ok("python", "-m", "blobgc.dags", "install", str(dags), "--collections")
     ok("python", "-m", "blobgc.migrate", "--conn-id", "blobgc_postgres")
     ok("airflow", "pools", "set", "blobgc_s3", "4", "S3 batch deletes (blobgc)")
@@ -129,7 +131,11 @@ def install(stack, installed_python):
     s3 = s3_client_from_env()
     for i in REFERENCED + UNREFERENCED:
         s3.put_object(Bucket=bucket, Key=f"uploads/{i}/raw", Body=b"x" * (10 * i))
-    return {"run": run, "ok": ok, "dags": dags, "bucket": bucket, "app_dsn": database_dsn(dsn, APP_DB), "s3": s3}
+    yield {"run": run, "ok": ok, "dags": dags, "bucket": bucket, "app_dsn": database_dsn(dsn, APP_DB), "s3": s3}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=item["Key"])
+    s3.delete_bucket(Bucket=bucket)
 
 
 def test_the_installed_package_comes_from_the_wheel_with_its_sql(install, installed_python):
@@ -145,8 +151,9 @@ def test_the_installed_package_comes_from_the_wheel_with_its_sql(install, instal
 
 def test_the_airflow_plugin_is_registered_by_the_entry_point(install):
     plugins = json.loads(install["ok"]("airflow", "plugins", "--output", "json").splitlines()[-1])
-    (ours,) = [p for p in plugins if p["name"] == "blobgc"]
-    assert "blobgc" in json.dumps(ours["source"] if "source" in ours else ours)
+    (ours,) = [p for p in plugins if p["name"] == "blobgc"]  # the plugins folder is empty: only the wheel has it
+    assert "value='blobgc.reclaim.plugin:BlobgcReclaimPlugin', group='airflow.plugins'" in ours["source"], ours
+    assert ours["fastapi_apps"] and ours["external_views"], ours
 
 
 def test_the_install_command_writes_one_short_file_per_dag(install):
@@ -159,7 +166,9 @@ def test_the_install_command_writes_one_short_file_per_dag(install):
     listed = json.loads(install["ok"]("airflow", "dags", "list", "--local", "--output", "json").splitlines()[-1])
     assert sorted(d["dag_id"] for d in listed) == [w[:-3] for w in written]
     assert {d["dag_id"]: d["fileloc"] for d in listed} == {w[:-3]: str(install["dags"] / w) for w in written}
-    assert all(d["is_paused"] in (True, "True", None) for d in listed), listed
+    created_paused = install["ok"]("python", "-c", "from blobgc.dags import DAGS, load; "
+                                                   "print(all(load(d).is_paused_upon_creation for d in DAGS))")
+    assert created_paused.strip().splitlines()[-1] == "True"
 
 
 def test_mark_and_sweep_from_the_installed_package_collect_the_teams_own_table(install):

@@ -29,6 +29,13 @@ def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
     return hook_conninfo(PostgresHook(postgres_conn_id=conn_id))
 
 
+# The extras PostgresHook reads itself rather than passing to the driver (its `ignored_extra_options`, as of
+# provider 7.1; older releases read the same names without listing them on the class).
+HOOK_EXTRA_OPTIONS = frozenset({"iam", "redshift", "redshift-serverless", "cursor", "cluster-identifier",
+                                "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query",
+                                "azure_conn_id"})
+
+
 def hook_conninfo(hook: PostgresHook) -> str:
     """What `hook.get_conn()` would connect with, as a conninfo for blobgc's own psycopg 3 connection.
 
@@ -47,11 +54,12 @@ def hook_conninfo(hook: PostgresHook) -> str:
     fields = {"host": connection.host, "user": login, "password": password, "dbname": hook.database or connection.schema,
               "port": port}
     params = {k: v for k, v in fields.items() if v not in (None, "")}
-    params.update((k, v) for k, v in extra.items() if k not in hook.ignored_extra_options)
+    ignored = getattr(hook, "ignored_extra_options", HOOK_EXTRA_OPTIONS)
+    params.update((k, v) for k, v in extra.items() if k not in ignored)
     if unknown := sorted(set(params) - LIBPQ_KEYWORDS):
         raise ConfigurationError(f"the {hook.get_conn_id()} connection's extra has {', '.join(unknown)}: neither a "
                                  f"libpq keyword (sslmode, sslcert, options, ...) nor an extra PostgresHook reads "
-                                 f"({', '.join(sorted(hook.ignored_extra_options))})")
+                                 f"({', '.join(sorted(ignored))})")
     params.setdefault("application_name", "blobgc")
     return make_conninfo(**params)
 

@@ -13,8 +13,8 @@ Each channel is sent through its provider's own notifier (SMTP's `SmtpNotifier`,
 An alert names the DAG, the task (and map index), the run, the try, the exception and a link to the
 task's log in the Airflow UI (`[api] base_url`). Nothing here can change the task's outcome: a malformed
 Variable, a missing provider or an unreachable server is logged, naming `blobgc_notify`, and the task
-stays failed as it was. `check_notify_variable` validates the Variable up front, for a first task's
-`gc_step(checks=...)`.
+stays failed as it was. `check_notify_variable` validates the Variable up front: every DAG's first
+task calls it (`gc_step`), and fails, deleting nothing, on a malformed value or a missing provider.
 """
 from __future__ import annotations
 

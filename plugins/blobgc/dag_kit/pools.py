@@ -91,7 +91,12 @@ def check_dag_pools(task: Any, conn_id: str = AIRFLOW_API_CONN_ID) -> None:
                     "the api-server's URL, a user allowed to read pools) to have this task check them",
                     ", ".join(sorted(names)), conn_id)
         return
-    check_pools_exist(names, api.pool_exists)
+    try:
+        check_pools_exist(names, api.pool_exists)
+    except (urllib.error.URLError, OSError) as error:  # HTTPError (a 5xx) included; 401/403/404 are answered above
+        log.warning("pools %s not checked: the Airflow REST API at %s did not answer (%s). The run goes on: an "
+                    "api-server outage must not stop garbage collection", ", ".join(sorted(names)), api.base_url, error)
+        return
     log.info("pools %s exist", ", ".join(sorted(names)))
 
 

@@ -3,14 +3,14 @@
 Every DAG is opt-in. A deployment's DAG folder holds one short file per DAG it wants, named after the
 DAG (CONTRACT §4: `dags/<dag_id>.py`), e.g. `dags/blobgc_sweep.py`:
 
-    from blobgc.dags import load  # airflow DAG: blobgc_sweep, from the installed blobgc package
+    from blobgc.dags import load  # airflow DAG from the installed blobgc package
     dag = load("blobgc_sweep")
 
 `python -m blobgc.dags install DAGS_FOLDER blobgc_mark blobgc_sweep ...` writes those files
-(`--list` shows the DAGs). `load` runs the DAG's module afresh on every parse, so each parse reads the
-deployment's settings anew (BLOBGC_TASK_RETRIES, ...) and an upgraded package takes effect at the next
-parse, with no stale copy cached in a long-lived process. Airflow records the DAG folder's file as the
-DAG's file, as for any DAG built by a function it calls.
+(`python -m blobgc.dags list` names the DAGs). `load` runs the DAG's module afresh on every parse, so
+each parse reads the deployment's settings anew (BLOBGC_TASK_RETRIES, ...) and an upgraded package
+takes effect at the next parse, with no stale copy cached in a long-lived process. Airflow records
+the DAG folder's file as the DAG's file, as for any DAG built by a function it calls.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """`python -m blobgc.dags install DAGS_FOLDER DAG_ID ...`: enable blobgc DAGs in a DAG folder (one short file each).
 
-`--list` shows the DAGs the package ships; `--collections` names the four a team with only its own
-collections needs (mark, sweep, reconcile, restore). An existing file that differs is left alone unless
-`--force`.
+`python -m blobgc.dags list` shows the DAGs the package ships; `--collections` names the four a team
+with only its own collections needs (mark, sweep, reconcile, restore). An existing file that differs is
+left alone unless `--force`.
 """
 from __future__ import annotations
 
