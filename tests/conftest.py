@@ -32,6 +32,14 @@ TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste
 """
 
 
+def pytest_collection_finish(session):
+    """The install test's virtualenv takes a minute of pip: build it while the rest of the suite runs."""
+    if any(item.nodeid.startswith("tests/deploy/test_install.py") for item in session.items):
+        from tests.support.install import start_building
+
+        start_building()
+
+
 def pytest_collection_modifyitems(items):
     """A test that needs the running stack (directly or through a fixture) is an integration test."""
     for item in items:

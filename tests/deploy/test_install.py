@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from blobgc.core.clients import s3_client_from_env
 from tests.helpers import ROOT, object_keys
+from tests.support import install as support_install
 
 pytestmark = pytest.mark.integration
 
@@ -52,11 +53,9 @@ def url_of(dsn: str, dbname: str, scheme: str = "postgresql") -> str:
 
 @pytest.fixture(scope="module")
 def installed_python(stack) -> Path:
-    """The virtualenv's python, with this checkout's wheel freshly installed into it."""
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "install_venv.py")], cwd=ROOT,
-                            capture_output=True, text=True, timeout=1500)
-    assert result.returncode == 0, f"building or installing the wheel failed:\n{result.stdout}\n{result.stderr}"
-    return Path(result.stdout.strip().splitlines()[-1])
+    """The virtualenv's python, with this checkout's wheel freshly installed into it (built in the background
+    since collection: tests/support/install.py)."""
+    return support_install.installed_python()
 
 
 @pytest.fixture(scope="module")
