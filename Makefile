@@ -15,6 +15,8 @@ help:
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
 	@echo "make up EXECUTOR=celery   the same stack on CeleryExecutor with two local workers"
 	@echo "make bench     run the benchmarks under bench/ (figures go in docs/benchmarks.md)"
+	@echo "make lock      regenerate the pinned lock requirements.txt from pyproject.toml and requirements-dev.in"
+	@echo "python -m blobgc.dags install FOLDER ...   enable the packaged DAGs in a DAG folder (README, Install)"
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
