@@ -343,7 +343,6 @@ def airflow_health() -> bool:
         return False
 
 
-POOLS = [("blobgc_s3", 4, "S3 batch deletes (blobgc)"), ("blobgc_http", 4, "partner photo downloads (blobgc_crawler)")]
 
 
 def running_executor() -> str | None:
@@ -405,8 +404,10 @@ def up_airflow(env: dict[str, str]) -> None:
     log("airflow db migrate")
     with open(LOGS / "airflow-migrate.log", "ab") as out:
         subprocess.run([airflow, "db", "migrate"], env=penv, check=True, stdout=out, stderr=subprocess.STDOUT)
-    for name, slots, description in POOLS:
-        subprocess.run([airflow, "pools", "set", name, str(slots), description],
+    from blobgc.dag_kit.pools import POOLS  # the pools the DAGs use, declared once (plugins/ is on the venv's path)
+
+    for name, spec in POOLS.items():
+        subprocess.run([airflow, "pools", "set", name, str(spec.slots), spec.description],
                        env=penv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for component in AIRFLOW_COMPONENTS:
         if running[component]:

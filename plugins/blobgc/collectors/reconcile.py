@@ -35,6 +35,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from blobgc.core import queries
+from blobgc.core.catalog import missing_tables
 from blobgc.core.collections import BoundCollection, accounted_keys
 from blobgc.core.keys import (
     BLOB_OBJECTS,
@@ -100,9 +101,8 @@ SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
 def present_sources(conn: psycopg.Connection) -> tuple[KeySource, ...]:
     """The seed sources whose table this database has: a deployment without pastes (say) has no pastes/ source,
     and keys there are unknown to it like any other folder's."""
-    tables = [s.name for s in KEY_SOURCES]
-    found = {row[0] for row in conn.execute(queries.load("catalog/select_present_tables"), {"names": tables})}
-    return tuple(s for s in KEY_SOURCES if s.name in found)
+    missing = set(missing_tables(conn, [s.name for s in KEY_SOURCES]))
+    return tuple(s for s in KEY_SOURCES if s.name not in missing)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from blobgc.core import queries
+from blobgc.core.catalog import table_exists
 from blobgc.core.key_space import IdColumn
 from blobgc.core.references import check_extra_query
 from blobgc.core.settings import ConfigurationError
@@ -358,7 +359,7 @@ class BoundCollection:
 
     def mark_table_exists(self, conn: psycopg.Connection) -> bool:
         """Whether blobgc.mark_<name> exists yet (the first real mark creates it)."""
-        return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"blobgc.mark_{self.name}",)).fetchone()[0]
+        return table_exists(conn, f"blobgc.mark_{self.name}")
 
 
 # The demo's app.blob as CONTRACT §6's example file declares it (what include/collections.yaml holds).
@@ -455,8 +456,7 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
     def fail(field: str, message: str) -> CollectionsError:
         return CollectionsError(f"{source}: collection {collection.name!r}, field {field!r}: {message}")
 
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (collection.table,)).fetchone()[0]
-    if not exists:
+    if not table_exists(conn, collection.table):
         raise fail("table", f"table {collection.table} does not exist (or this role cannot see it)")
     if not conn.execute("SELECT has_table_privilege(%s, 'SELECT, DELETE')", (collection.table,)).fetchone()[0]:
         raise fail("table", f"this role needs SELECT and DELETE on {collection.table}")

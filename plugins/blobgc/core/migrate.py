@@ -33,6 +33,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from blobgc.core.catalog import table_exists
 from blobgc.core.queries import sql_root
 from blobgc.core.settings import ConfigurationError
 
@@ -211,7 +212,7 @@ class SchemaBehind(ConfigurationError):
 
 def pending_versions(conn: psycopg.Connection, folder: Path | None = None, table: str = TABLE) -> list[str]:
     """The migrations of `folder` that `table` does not record (every one, when the table does not exist)."""
-    if conn.execute("SELECT to_regclass(%s) IS NULL", (table,)).fetchone()[0]:
+    if not table_exists(conn, table):
         return [version for version, _ in migrations(folder)]
     recorded = {r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}").format(
         sql.Identifier(*table.split(".", 1))))}

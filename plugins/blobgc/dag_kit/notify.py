@@ -37,6 +37,7 @@ EXPECTED = ('unset, empty, {} or "none" for no alerts, or a JSON object with any
             '"slack": {"slack_webhook_conn_id": ...}, '
             '"webhook": {"http_conn_id": ..., "endpoint": ..., "headers": {...}}')
 EXCEPTION_CHARS = 2000  # of the exception's text in an alert; the log has all of it
+WHAT_NEXT = "Fix the cause, then clear the task to re-run it: every blobgc task is idempotent."
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,7 @@ class FailureAlert:
         return "\n".join([
             f"blobgc: task {self.task} of DAG {self.dag_id} failed.",
             f"Run: {self.run_id}", f"Try: {self.attempt}", f"Exception: {self.exception}",
-            f"Log: {self.log_url or '(no log link)'}",
-            "Fix the cause, then clear the task to re-run it: every blobgc task is idempotent."])
+            f"Log: {self.log_url or '(no log link)'}", WHAT_NEXT])
 
     @property
     def html(self) -> str:
@@ -238,7 +238,7 @@ class FailureAlert:
                 if self.log_url else "(no log link)")
         return (f"<p>blobgc: task <b>{html.escape(self.task)}</b> of DAG <b>{html.escape(self.dag_id)}</b> "
                 f"failed.</p><table>{cells}<tr><th align='left'>Log</th><td>{link}</td></tr></table>"
-                "<p>Fix the cause, then clear the task to re-run it: every blobgc task is idempotent.</p>")
+                f"<p>{WHAT_NEXT}</p>")
 
     @property
     def payload(self) -> dict[str, Any]:

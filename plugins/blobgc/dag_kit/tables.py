@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 
-from blobgc.core import queries
+from blobgc.core.catalog import missing_tables
 from blobgc.core.settings import ConfigurationError
 
 # dag_id -> (what it collects, the tables it needs)
@@ -24,11 +24,6 @@ REQUIRED_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 class MissingTables(ConfigurationError):
     """A DAG was enabled against a database that lacks the tables it collects."""
-
-
-def missing_tables(conn: psycopg.Connection, names: tuple[str, ...] | list[str]) -> list[str]:
-    """The tables among `names` that the database does not have (in the connection's search path, if unqualified)."""
-    return [row[0] for row in conn.execute(queries.load("catalog/select_missing_tables"), {"names": list(names)})]
 
 
 def check_required_tables(conn: psycopg.Connection, dag_id: str) -> None:

@@ -35,18 +35,23 @@ DAGS: dict[str, str] = {
 COLLECTION_DAGS = ("blobgc_mark", "blobgc_sweep", "blobgc_reconcile", "blobgc_restore")
 
 
-def load(dag_id: str) -> DAG:
-    """Build the DAG `dag_id` afresh from the package (call it at the top level of a DAG file)."""
+def shipped(dag_id: str) -> str:
+    """`dag_id`, if blobgc ships that DAG; ValueError naming the ones it ships otherwise."""
     if dag_id not in DAGS:
         raise ValueError(f"blobgc ships no DAG {dag_id!r}; it ships: {', '.join(DAGS)}")
+    return dag_id
+
+
+def load(dag_id: str) -> DAG:
+    """Build the DAG `dag_id` afresh from the package (call it at the top level of a DAG file)."""
+    shipped(dag_id)
     return runpy.run_module(f"{__name__}.{dag_id}", run_name=f"{__name__}.{dag_id}")["dag"]
 
 
 def dag_file(dag_id: str) -> str:
     """The text of the DAG-folder file that enables `dag_id` (the words 'airflow' and 'DAG' let Airflow's
     safe-mode parser pick it up)."""
-    if dag_id not in DAGS:
-        raise ValueError(f"blobgc ships no DAG {dag_id!r}; it ships: {', '.join(DAGS)}")
+    shipped(dag_id)
     return (f'"""{dag_id}: {DAGS[dag_id]}.\n\n'
             f'Defined in the blobgc package (blobgc/dags/{dag_id}.py); this file enables it.\n"""\n'
             f"from blobgc.dags import load  # airflow DAG from the installed blobgc package\n\n"
