@@ -104,9 +104,9 @@ def s3(stack):
     return s3_client_from_env()
 
 
-@pytest.fixture
-def bucket(s3):
-    name = f"test-{uuid.uuid4().hex[:16]}"
+def own_bucket(s3, prefix: str):
+    """A bucket of the test's own, emptied and removed afterwards."""
+    name = f"{prefix}{uuid.uuid4().hex[:16]}"
     s3.create_bucket(Bucket=name)
     yield name
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
@@ -114,6 +114,17 @@ def bucket(s3):
         if keys:
             s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
     s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def bucket(s3):
+    yield from own_bucket(s3, "test-")
+
+
+@pytest.fixture
+def reports(s3):
+    """A bucket for S3 Inventory reports (written by blobgc.inventory)."""
+    yield from own_bucket(s3, "test-inv-")
 
 
 @pytest.fixture

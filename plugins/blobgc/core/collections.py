@@ -357,6 +357,23 @@ class BoundCollection:
         return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
                                                   type=sql.SQL(self.id_type), marks=c.mark_table, **parts)
 
+    def rendered_keys(self) -> sql.Composed:
+        """A SELECT of (key, false) for every key each row's templates form, for reconcile's inventory anti-join.
+
+        A column's text form in PostgreSQL is what its placeholder parses as; a key formed otherwise by the
+        application is only missed by this pre-filter, and the per-key check (`accounted_keys`) still finds
+        its row.
+        """
+        selects = []
+        for template in self.collection.templates:
+            key = sql.SQL(" || ").join(
+                part for literal, name in template.parts
+                for part in ([sql.Literal(literal)] if literal else [])
+                + ([sql.SQL("{}::text").format(sql.Identifier(name))] if name else []))
+            selects.append(sql.SQL("SELECT {key}, false FROM {table} WHERE {key} IS NOT NULL").format(
+                key=key, table=self.collection.table_identifier))
+        return sql.SQL(" UNION ALL ").join(selects)
+
     def mark_table_exists(self, conn: psycopg.Connection) -> bool:
         """Whether blobgc.mark_<name> exists yet (the first real mark creates it)."""
         return table_exists(conn, f"blobgc.mark_{self.name}")

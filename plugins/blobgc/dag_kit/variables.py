@@ -37,6 +37,14 @@ def blob_bucket() -> str:
     return variable("blobgc_bucket", "blobgc")
 
 
+def inventory_destinations() -> dict[str, str]:
+    """Variable blobgc_inventory: source bucket -> `s3://<bucket>/<prefix>` of its S3 Inventory reports (reconcile's
+    source=inventory); default none."""
+    from blobgc.core.inventory import destinations
+
+    return destinations(variable("blobgc_inventory", {}, json_value=True))
+
+
 def paste_redis_prefix() -> str:
     """Variable blobgc_paste_redis_prefix: the prefix of seed 002's cache keys in Redis (default empty)."""
     return variable("blobgc_paste_redis_prefix", "")

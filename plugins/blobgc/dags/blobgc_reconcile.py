@@ -3,18 +3,27 @@
 
 Seed 001's "cleaning after the cleaning", the second way: listing first, then the database.
 
-1. **plan_shards** checks the collections file and walks the bucket for its shards (one listing call
-   per shard found): each key layout's prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from
-   `blobgc.core.keys`) cut by leading characters, each collection's key prefixes (in its own bucket),
-   plus one shard per unknown top-level folder. Param `prefixes` limits a run; Param `collections`
-   limits it to those collections' shards. Collections whose key columns have no index are warned of.
-2. **reconcile_shard** (mapped) lists a page of up to 1000 keys, asks the database in one query which
-   of them a row accounts for, and owes the others whose `LastModified` is older than the run's
-   reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the
-   listing). Keys of no known layout (or no template of their collection) are reported, never
-   deleted; rows whose object is missing are recorded, never "fixed". A checkpoint per page lets a
-   retry resume where it stopped.
-3. **delete_owed_objects** deletes the orphans; each layout's guard keeps a key a row claimed since.
+1. **plan_shards** checks the collections file and plans the run's parts. With `source=list` (the
+   default) it walks the bucket for its shards (one listing call per shard found): each key layout's
+   prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from `blobgc.core.keys`) cut by leading
+   characters, each collection's key prefixes (in its own bucket), plus one shard per unknown
+   top-level folder; `listing_ranges` > 1 cuts each shard further into key ranges listed side by side
+   (StartAfter boundaries at sub-prefixes its keys really have). With `source=inventory` it finds each
+   bucket's newest S3 Inventory report (Variable `blobgc_inventory`) and checks its manifest and age
+   (`max_inventory_age_hours`): a missing, stale or malformed report fails the run here, before
+   anything is read or deleted. Param `prefixes` limits a run; Param `collections` limits it to those
+   collections' objects. Collections whose key columns have no index are warned of.
+2. **reconcile_shard** (mapped), listing: lists a page of up to 1000 keys, asks the database in one
+   query which of them a row accounts for, and owes the others whose `LastModified` is older than the
+   run's reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the
+   listing). A checkpoint per page lets a retry resume where it stopped. From an inventory: one task
+   per bucket reads the report into DuckDB (memory bounded, spilled to disk), streams the keys the rows
+   form from PostgreSQL beside it, anti-joins them part by part, and checks what is left against the
+   live database key by key (the report is hours old); a checkpoint per part. Either way, keys of no
+   known layout (or no template of their collection) are reported, never deleted; rows whose object
+   is missing are recorded, never "fixed".
+3. **delete_owed_objects** deletes the orphans; each layout's guard keeps a key a row claimed since,
+   and an object already gone since the inventory was taken is settled as absent.
 4. **report** records the totals; findings are in `blobgc.reconcile_finding`.
 
 Seed 004's buckets are left to their own DAGs. `dry_run` reports and deletes nothing.
@@ -24,11 +33,11 @@ from __future__ import annotations
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import reconcile
-from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult
+from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
 from blobgc.core.outbox import DrainResult
 from blobgc.dag_kit import S3_POOL, Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
-from blobgc.dag_kit.variables import blob_bucket
+from blobgc.dag_kit.variables import blob_bucket, inventory_destinations
 
 
 @dag(
@@ -39,7 +48,15 @@ from blobgc.dag_kit.variables import blob_bucket
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
         "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),
         prefixes=Param(None, type=["null", "array"], items={"type": "string"},
-                       description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].')),
+                       description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].'),
+        source=Param("list", enum=["list", "inventory"],
+                     description="list: walk the buckets with ListObjectsV2. inventory: read each bucket's newest S3 "
+                                 "Inventory report (Variable blobgc_inventory) instead; no fallback to listing."),
+        max_inventory_age_hours=Param(48, type="number", minimum=1,
+                                      description="source=inventory: a report older than this fails the run."),
+        listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
+                             description="source=list: cut each shard into up to this many key ranges, listed by "
+                                         "separate mapped tasks side by side.")),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
     doc_md=__doc__,
 )
@@ -47,18 +64,38 @@ def blobgc_reconcile():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params, index_warnings=True)
+        seeds = not step.params["collections"]
+        if step.params["source"] == "inventory":
+            reports = [inventory.locate(step.s3, inventory_destinations(), scope.bucket, step.run.reference_time,
+                                        step.params["max_inventory_age_hours"])
+                       for scope in inventory.scopes(step.conn, blob_bucket(), collections, seeds=seeds,
+                                                     prefixes=step.params["prefixes"])]
+            return [Shard("", None, bucket=r.source_bucket, inventory=r.location).to_xcom() for r in reports]
+        s3 = s3_for_collections(step.s3)
         shards = reconcile.discover_shards(step.s3, blob_bucket(), step.params["prefixes"], conn=step.conn,
-                                           collections=collections, seeds=not step.params["collections"])
-        return [s.to_xcom() for s in shards]
+                                           collections=collections, seeds=seeds)
+        return [r.to_xcom() for shard in shards
+                for r in reconcile.split_shard(s3, blob_bucket(), shard, step.params["listing_ranges"])]
 
     @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
+                                               "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
                                                "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
-                                               "{{ s['prefix'] or '(top level)' }}")
+                                               "{{ s['prefix'] or '(top level)' }}"
+                                               "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
+                                               "{{ s['hi'] or '…' }}){% endif %}{% endif %}")
     def reconcile_shard(step: Step, shard: dict) -> ShardResult:
         part = Shard.from_xcom(shard)
+        cutoff = step.cutoff(hours=step.params["min_age_hours"])
+        if part.inventory:
+            collections = checked_collections(step.conn, step.params)
+            scope = next(s for s in inventory.scopes(step.conn, blob_bucket(), collections,
+                                                     seeds=not step.params["collections"],
+                                                     prefixes=step.params["prefixes"]) if s.bucket == part.bucket)
+            return inventory.reconcile_from_inventory(
+                step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,
+                max_age_hours=step.params["max_inventory_age_hours"])
         return reconcile.reconcile_shard(
-            step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(),
-            cutoff=step.cutoff(hours=step.params["min_age_hours"]),
+            step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
             collection=one_collection(step.conn, part.collection) if part.collection else None)
 
     shards = reconcile_shard.expand(shard=plan_shards())

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -47,7 +47,7 @@ from blobgc.core.keys import (
     content_key,
     mail_key,
 )
-from blobgc.core.objects import HIGHEST, leading_shards
+from blobgc.core.objects import HIGHEST, key_before, leading_shards
 from blobgc.core.outbox import record_deletions
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts
@@ -71,6 +71,7 @@ class KeySource:
     rows_query: str  # (id, known keys or NULL) of rows in an id range of a shard
     required_keys: Callable[[str, list[str] | None], list[str]]  # the keys a row must have
     shards_query: str  # the shards (after the prefix) that rows fall in
+    keys_query: str  # (key, whether it must exist) of every row: the layout's keys formed in SQL, for inventories
 
     @property
     def name(self) -> str:
@@ -87,13 +88,17 @@ class KeySource:
 
 KEY_SOURCES: tuple[KeySource, ...] = (
     KeySource(BLOB_OBJECTS, "reconcile/select_existing_blobs", "reconcile/select_blob_rows_in_range",
-              lambda ref, _: [blob_keys(ref)[0]], "reconcile/select_blob_shards"),
+              lambda ref, _: [blob_keys(ref)[0]], "reconcile/select_blob_shards",
+              "reconcile/copy_blob_keys"),
     KeySource(PASTE_CONTENTS, "reconcile/select_existing_contents", "reconcile/select_content_rows_in_range",
-              lambda ref, _: [content_key(ref)], "reconcile/select_content_shards"),
+              lambda ref, _: [content_key(ref)], "reconcile/select_content_shards",
+              "reconcile/copy_content_keys"),
     KeySource(IMAGE_FILES, "reconcile/select_existing_images", "reconcile/select_image_rows_in_range",
-              lambda ref, known: known or [], "reconcile/select_image_shards"),
+              lambda ref, known: known or [], "reconcile/select_image_shards",
+              "reconcile/copy_image_keys"),
     KeySource(MAIL_BLOBS, "reconcile/select_existing_mail_blobs", "reconcile/select_mail_rows_in_range",
-              lambda ref, _: [mail_key(ref)], "reconcile/select_mail_shards"),
+              lambda ref, _: [mail_key(ref)], "reconcile/select_mail_shards",
+              "reconcile/copy_mail_keys"),
 )
 SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
 
@@ -114,17 +119,34 @@ class Shard(TaskResult):
     source: str | None  # None: every key here matches no known layout (unless `collection` is set)
     collection: str | None = None  # a collection's prefix, in the collection's own bucket
     bucket: str | None = None  # None: the run's bucket
+    lo: str = ""  # a range of the shard (`split_shard`): its keys from `lo` (inclusive; "" from the start) ...
+    hi: str = ""  # ... to `hi` (exclusive; "" to the end)
+    inventory: str = ""  # source=inventory: the whole bucket, from the report at this manifest (s3://...)
+
+    @property
+    def ranged(self) -> bool:
+        return bool(self.lo or self.hi)
 
     @property
     def name(self) -> str:
-        if self.collection:
-            return f"{self.collection}: {self.prefix}"
-        return self.prefix or "(top level)"
+        if self.inventory:
+            return f"inventory of {self.bucket}"
+        name = f"{self.collection}: {self.prefix}" if self.collection else self.prefix or "(top level)"
+        return f"{name} [{self.lo or '…'}, {self.hi or '…'})" if self.ranged else name
 
     @property
     def checkpoint(self) -> str:
         """The shard's name in blobgc.reconcile_checkpoint (a collection's prefix may repeat in another bucket)."""
-        return f"{self.collection}:{self.prefix}" if self.collection else self.prefix
+        name = f"{self.collection}:{self.prefix}" if self.collection else self.prefix
+        return f"{name} [{self.lo}, {self.hi})" if self.ranged else name
+
+    def id_bound(self, source: KeySource, key: str) -> str | None:
+        """The row id where a range boundary (a key under the shard) falls: the shard's id prefix and the rest of
+        the key, or the rest alone where the shard ends at a folder (images/3f/ holds ids 3f...)."""
+        if not key:
+            return None
+        rest = key[len(self.prefix):]
+        return rest if self.prefix.endswith("/") else source.ref_prefix(self.prefix) + rest
 
 
 def collection_shards(collections: list[BoundCollection]) -> list[Shard]:
@@ -181,6 +203,34 @@ def discover_shards(
     return shards
 
 
+MAX_SPLIT_DEPTH = 3  # characters past a shard's prefix that `split_shard` looks at, at most
+
+
+def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
+    """Cut a shard into up to `ranges` ranges of its keys, listed side by side by separate mapped tasks.
+
+    The boundaries are sub-prefixes the shard's keys really have: the distinct next characters
+    after its prefix, found as `leading_shards` does (one listing call each, skipping each whole),
+    one character deeper while there are fewer than `ranges` of them. Each range is listed from
+    its first boundary with StartAfter and stops before the next; together they cover the shard
+    exactly, keys outside every sub-prefix included (the first range starts at the shard's start,
+    the last runs to its end). The loose keys at the top level (listed with a delimiter) stay whole.
+    """
+    if ranges <= 1 or (shard.source is None and shard.collection is None and not shard.prefix):
+        return [shard]
+    subs: list[str] = []
+    for depth in range(1, MAX_SPLIT_DEPTH + 1):
+        subs = leading_shards(s3, shard.bucket or bucket, shard.prefix, depth)
+        if len(subs) >= ranges:
+            break
+    if len(subs) < 2:
+        return [shard]
+    step = len(subs) / min(ranges, len(subs))
+    bounds = [subs[round(i * step)] for i in range(1, min(ranges, len(subs)))]
+    edges = [""] + bounds + [""]
+    return [replace(shard, lo=lo, hi=hi) for lo, hi in zip(edges, edges[1:])]
+
+
 @dataclass
 class PageResult:
     keys: int = 0
@@ -205,7 +255,7 @@ class ShardResult(TaskResult):
 
 def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
                ) -> Iterator[tuple[list[dict], bool]]:
-    """The shard's listing, a page at a time, after `start_after`; a listing error propagates.
+    """The shard's listing (or its range's), a page at a time, after `start_after`; a listing error propagates.
 
     The next page is fetched while the caller checks the current one (one page ahead, no more),
     so the database check overlaps the listing. An error fetching a page surfaces when the caller
@@ -218,12 +268,17 @@ def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int =
     def fetch(after: str) -> dict:
         return s3.list_objects_v2(StartAfter=after, **kwargs) if after else s3.list_objects_v2(**kwargs)
 
+    if shard.lo and (not start_after or start_after < shard.lo):
+        start_after = key_before(shard.lo)
     with ThreadPoolExecutor(1, thread_name_prefix="list-ahead") as ahead:
         pending = ahead.submit(fetch, start_after)
         while True:
             page = pending.result()
             contents = page.get("Contents") or []
             truncated = bool(page.get("IsTruncated")) and bool(contents)
+            if shard.hi and contents and contents[-1]["Key"] >= shard.hi:  # the range ends in this page
+                contents = [c for c in contents if c["Key"] < shard.hi]
+                truncated = False
             if truncated:
                 pending = ahead.submit(fetch, contents[-1]["Key"])
             yield contents, not truncated
@@ -242,7 +297,8 @@ def check_page(
 ) -> tuple[PageResult, tuple[str | None, list[str]]]:
     """Classify one page's keys, and find the rows of its id range whose objects the listing lacks.
 
-    The last id of a page may have more keys on the next page, so its check waits (`pending`).
+    The last id of a page may have more keys on the next page, so its check waits (`pending`). A
+    range of a shard checks the rows from its first boundary's id to its last's.
     """
     result = PageResult(keys=len(contents))
     if source is None:
@@ -276,7 +332,7 @@ def check_page(
     for key, ref in refs.items():
         listed.setdefault(ref, set()).add(key)
     if last_page:
-        hi, next_pending = None, (None, [])
+        hi, next_pending = shard.id_bound(source, shard.hi), (None, [])
     elif refs:
         hi = max(refs.values())
         next_pending = (hi, sorted(listed[hi]))
@@ -285,7 +341,7 @@ def check_page(
     ref_prefix = source.ref_prefix(shard.prefix)
     rows = conn.execute(queries.load(source.rows_query), {
         "shard_lo": ref_prefix, "shard_hi": ref_prefix[:-1] + chr(ord(ref_prefix[-1]) + 1) if ref_prefix else HIGHEST,
-        "lo": pending_ref, "hi": hi,
+        "lo": pending_ref if pending_ref is not None else shard.id_bound(source, shard.lo), "hi": hi,
     }).fetchall()
     for ref, known in rows:
         for key in source.required_keys(ref, known):

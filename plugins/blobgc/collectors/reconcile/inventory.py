@@ -1,0 +1,316 @@
+"""Reconcile from an S3 Inventory report instead of listing: an out-of-core anti-join, then the live check.
+
+A bucket of a billion objects takes a million LIST calls to walk. Its daily inventory report
+already lists every key with its size and LastModified, so one task per bucket:
+
+1. reads the newest report (`blobgc.core.inventory`: the manifest and its checksum, each data
+   file's MD5) into DuckDB, in a scratch directory, its memory bounded and the rest spilled;
+2. streams every key the database accounts for into DuckDB beside it (PostgreSQL `COPY ... TO
+   STDOUT`): each seed layout's keys formed in SQL (`KeySource.keys_query`) and each collection's
+   templates (`BoundCollection.rendered_keys`), with whether the row must have that object;
+3. anti-joins the two, hash-partitioned into parts of about `PART_ROWS` inventory keys, each part
+   joined alone so memory stays bounded at any scale;
+4. checks each part's leftovers against the live database exactly as a listing's page is checked
+   (a key's layout or template names its row; one query per 1000 keys). The report is hours old:
+   a row inserted since keeps its key, and an object deleted since is owed like any orphan and
+   settled as absent by the drain, never counted, never an error. Orphans are owed without a size,
+   so the drain asks the store what exists before it deletes (`blobgc.core.outbox`);
+5. keys the rows must have and the report lacks are asked of the store before they are recorded
+   as missing objects: an object written after the report is not missing.
+
+What is in scope is what a listing run would list (`Scope`): the same sources, collections,
+unknown folders and Param `prefixes`, so both sources find the same orphans, unknown keys and
+missing objects. Each part is recorded in one transaction with its checkpoint; a retry skips
+the parts done.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from blobgc.collectors.reconcile import (
+    BLOB_OBJECTS,
+    PAGE,
+    KeySource,
+    ShardResult,
+    check_age_floor,
+    present_sources,
+)
+from blobgc.core import queries
+from blobgc.core.collections import BoundCollection, accounted_keys
+from blobgc.core.inventory import (
+    Destination,
+    Engine,
+    InventoryError,
+    Report,
+    download,
+    engine,
+    find_report,
+    read_manifest,
+)
+from blobgc.core.objects import object_sizes
+from blobgc.core.outbox import record_deletions
+from blobgc.core.runs import RunRef, add_counts
+
+log = logging.getLogger(__name__)
+
+PART_ROWS = 5_000_000  # inventory keys per part of the anti-join: about 1 GB of DuckDB memory at most
+COPY_CHUNK = 256 << 20  # bytes of COPY output loaded into DuckDB at a time
+ACCOUNTED = {"key": "VARCHAR", "required": "BOOLEAN"}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a run reconciles in one bucket, as a listing run would plan it (`discover_shards`)."""
+
+    bucket: str
+    sources: tuple[KeySource, ...]  # seed layouts reconciled here (the run's bucket only)
+    collections: tuple[BoundCollection, ...]  # collections with their objects here (app_blob is a seed source)
+    unknown: bool  # whether keys of no source or collection are reported (a run of every seed, the run's bucket)
+    prefixes: tuple[str, ...] = ()  # Param `prefixes`: shards within (or containing) any of them
+
+    def owner(self, key: str) -> tuple[KeySource | BoundCollection | None, str] | None:
+        """(what accounts for the key, or None for a key of no known layout; its shard), or None out of scope."""
+        for source in self.sources:
+            if key.startswith(source.prefix):
+                return source, source.layout.shard(key)
+        for bound in self.collections:
+            for prefix in bound.collection.prefixes:
+                if key.startswith(prefix):
+                    return bound, prefix
+        if not self.unknown:
+            return None
+        slash = key.find("/")
+        folder = key[:slash + 1] if slash >= 0 else ""
+        if folder and (any(s.prefix == folder for s in self.sources) or
+                       any(p.startswith(folder) for b in self.collections for p in b.collection.prefixes)):
+            return None  # a folder that a collection's prefix lies in is the collection's, not unknown
+        return None, folder
+
+    def within(self, shard: str) -> bool:
+        return not self.prefixes or any(shard.startswith(p) or (shard and p.startswith(shard)) for p in self.prefixes)
+
+
+def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCollection], *, seeds: bool,
+           prefixes: list[str] | None) -> list[Scope]:
+    """One scope per bucket a listing run would list: the run's bucket, and each collection's own bucket."""
+    present = present_sources(conn)
+    if seeds:
+        sources = present
+    else:  # a run limited to collections: app_blob's objects are seed 000's layout
+        sources = tuple(s for s in present if s.layout is BLOB_OBJECTS and any(b.collection.column_mode
+                                                                               for b in collections))
+    own = [b for b in collections if not b.collection.column_mode]
+    buckets = dict.fromkeys([run_bucket] + [b.bucket for b in own])
+    return [Scope(bucket, sources if bucket == run_bucket else (),
+                  tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket,
+                  tuple(prefixes or ())) for bucket in buckets]
+
+
+@dataclass
+class Part:
+    """One part's findings, before they are recorded."""
+
+    keys: int = 0
+    orphans: list[tuple[str, int]] | None = None
+    young: int = 0
+    unknown: list[tuple[str, str | None]] | None = None  # (key, its collection's source or None)
+    missing: list[tuple[str, str]] | None = None  # (key, source)
+
+    def __post_init__(self) -> None:
+        self.orphans, self.unknown, self.missing = [], [], []
+
+
+def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: Path) -> int:
+    """Every key the scope's rows account for into DuckDB table `accounted`, through COPY in chunks."""
+    statements: list[tuple[str, sql.Composable]] = [
+        (s.name, sql.SQL(queries.load(s.keys_query))) for s in scope.sources]
+    statements += [(b.name, b.rendered_keys()) for b in scope.collections]
+    db.db.execute("CREATE OR REPLACE TABLE accounted (key VARCHAR, required BOOLEAN, h UBIGINT)")
+    path = scratch / "accounted.csv"
+    for name, statement in statements:
+        with conn.cursor() as cursor, cursor.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(statement)) as copy:
+            out, written = path.open("wb"), 0
+            try:
+                for chunk in copy:
+                    out.write(chunk)
+                    written += len(chunk)
+                    if written >= COPY_CHUNK:
+                        out.close()
+                        db.load_accounted(path)
+                        out, written = path.open("wb"), 0
+            finally:
+                out.close()
+            db.load_accounted(path)
+        log.info("accounted-for keys of %s copied", name)
+    path.unlink(missing_ok=True)
+    return db.db.execute("SELECT count(*) FROM accounted").fetchone()[0]
+
+
+def classify(conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int, int]], cutoff_ms: int,
+             part: Part) -> None:
+    """Check inventory keys that no formed key matched against the live database, as a listing's page is."""
+    by_owner: dict[int, tuple[KeySource | BoundCollection, list[tuple[str, int, int]]]] = {}
+    for item in items:
+        owned = scope.owner(item[0])
+        if owned is None or not scope.within(owned[1]):
+            continue
+        owner = owned[0]
+        if owner is None:
+            part.unknown.append((item[0], None))
+        else:
+            by_owner.setdefault(id(owner), (owner, []))[1].append(item)
+    for owner, owned_items in by_owner.values():
+        keys = [k for k, _, _ in owned_items]
+        if isinstance(owner, BoundCollection):
+            accounted, unparsed = accounted_keys(conn, owner, keys)
+            part.unknown += [(k, owner.collection.source) for k in keys if k in unparsed]
+        else:
+            refs = {k: ref for k in keys if (ref := owner.layout.identity(k)) is not None}
+            part.unknown += [(k, None) for k in keys if k not in refs]
+            existing = {r[0] for r in conn.execute(queries.load(owner.existing_query),
+                                                   {"refs": sorted(set(refs.values()))})} if refs else set()
+            accounted = {k for k, ref in refs.items() if ref in existing}
+            unparsed = set(keys) - set(refs)
+        for key, size, modified_ms in owned_items:
+            if key in accounted or key in unparsed:
+                continue
+            if modified_ms < cutoff_ms:
+                part.orphans.append((key, size))
+            else:
+                part.young += 1
+
+
+def batches(rows: Iterator[tuple], size: int = PAGE) -> Iterator[list[tuple]]:
+    batch: list[tuple] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def check_part(conn: psycopg.Connection, s3, db: Engine, scope: Scope, p: int, parts: int, cutoff_ms: int) -> Part:
+    """One part of the anti-join: the inventory's keys no row forms, checked live; the rows' keys it lacks."""
+    part = Part()
+    part.keys = db.db.execute("SELECT count(*) FROM inventory WHERE h % ? = ?", [parts, p]).fetchone()[0]
+    leftovers = db.query("""
+        SELECT i.key, i.size, i.modified_ms
+        FROM (SELECT key, size, modified_ms FROM inventory WHERE h % $1 = $2) AS i
+        ANTI JOIN (SELECT key FROM accounted WHERE h % $1 = $2) AS a USING (key)""", [parts, p])
+    for batch in batches(leftovers):
+        classify(conn, scope, batch, cutoff_ms, part)
+    lacking = [(key, owned[0]) for (key,) in db.query("""
+        SELECT a.key FROM (SELECT key FROM accounted WHERE required AND h % $1 = $2) AS a
+        ANTI JOIN (SELECT key FROM inventory WHERE h % $1 = $2) AS i USING (key)""", [parts, p])
+        if (owned := scope.owner(key)) is not None and isinstance(owned[0], KeySource) and scope.within(owned[1])]
+    if lacking:  # written since the report was taken, or really missing: the store says which
+        present = object_sizes(s3, scope.bucket, [k for k, _ in lacking])
+        part.missing = [(key, source.name) for key, source in lacking if key not in present]
+    return part
+
+
+def record_part(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, part: Part) -> None:
+    """Owe the part's orphans, record its findings and mark it done, in one transaction."""
+    by_source: dict[str, list[tuple[str, int]]] = {}
+    for key, size in part.orphans:
+        owned = scope.owner(key)
+        by_source.setdefault(owned[0].collection.source if isinstance(owned[0], BoundCollection) else owned[0].name,
+                             []).append((key, size))
+    orphan_bytes = sum(s for _, s in part.orphans)
+    with conn.transaction():
+        for source, orphans in by_source.items():
+            # no size: the report's may be stale; the drain asks the store, and an object gone since is absent
+            record_deletions(conn, run, source=source, bucket=scope.bucket, keys=[k for k, _ in orphans],
+                             sizes=[None] * len(orphans), part=name)
+        for kind, found in (("unknown_key", part.unknown), ("missing_object", part.missing)):
+            for source in {s for _, s in found}:
+                conn.execute(queries.load("reconcile/insert_findings"), {
+                    "run_id": run.run_id, "kind": kind, "bucket": scope.bucket, "source": source,
+                    "keys": [k for k, s in found if s == source]})
+        if run.dry_run:
+            add_counts(conn, run, objects=len(part.orphans), bytes_=orphan_bytes, part=name)
+        conn.execute(queries.load("reconcile/upsert_checkpoint"), {
+            "run_id": run.run_id, "shard": name, "start_after": "", "pending_ref": None, "pending_keys": [],
+            "keys": part.keys, "orphans": len(part.orphans), "orphan_bytes": orphan_bytes, "young": part.young,
+            "unknown": len(part.unknown), "missing": len(part.missing), "done": True})
+
+
+def done_parts(conn: psycopg.Connection, run: RunRef, names: Iterable[str]) -> set[str]:
+    wanted = list(names)
+    return {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint "
+                                       "WHERE run_id = %s AND shard = ANY(%s) AND done", (run.run_id, wanted))}
+
+
+def reconcile_from_inventory(
+    conn: psycopg.Connection, s3, inventory_s3, run: RunRef, scope: Scope, manifest: str, *, cutoff: datetime,
+    max_age_hours: float, workdir: Path | None = None, memory_limit: str = "1GB", part_rows: int = PART_ROWS,
+) -> ShardResult:
+    """Reconcile one bucket from the report at `manifest` (`s3://bucket/key` of its manifest.json).
+
+    `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
+    """
+    check_age_floor(run, cutoff)
+    where = Destination.parse(manifest.rsplit("/", 1)[0], source_bucket=scope.bucket)
+    configuration = where.prefix.rstrip("/").split("/")[-2]
+    report = read_manifest(inventory_s3, where.bucket, f"{where.prefix}manifest.json", source_bucket=scope.bucket,
+                           configuration=configuration)
+    report.check_age(run.reference_time or datetime.now(timezone.utc), max_age_hours)
+    result = ShardResult(f"inventory of {scope.bucket}")
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    base = Path(workdir or tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=base) as scratch_dir:
+        scratch = Path(scratch_dir)
+        with engine(scratch / "duckdb", memory_limit=memory_limit) as db:
+            paths = download(inventory_s3, report, scratch / "files")
+            rows = db.load_inventory(report, paths)
+            for path in paths:
+                path.unlink()
+            parts = max(1, math.ceil(rows / part_rows))
+            names = [f"inventory:{scope.bucket}:{p + 1}/{parts}" for p in range(parts)]
+            done = done_parts(conn, run, names)
+            if len(done) == parts:
+                log.info("every part of %s's inventory was already reconciled by this run", scope.bucket)
+                return result
+            accounted = copy_accounted(conn, db, scope, scratch)
+            log.info("%s: %d inventory keys (%s, taken %s) against %d keys the rows form, in %d part(s)",
+                     scope.bucket, rows, report.location, report.created.isoformat(), accounted, parts)
+            for p, name in enumerate(names):
+                if name in done:
+                    continue
+                part = check_part(conn, s3, db, scope, p, parts, cutoff_ms)
+                record_part(conn, run, scope, name, part)
+                result.pages += 1
+                result.keys_checked += part.keys
+                result.orphans += len(part.orphans)
+                result.orphan_bytes += sum(s for _, s in part.orphans)
+                result.too_young += part.young
+                result.unknown_keys += len(part.unknown)
+                result.missing_objects += len(part.missing)
+    log.info("%s from its inventory: %d keys in %d part(s); %d orphans (%d bytes) %s, %d too young to judge, "
+             "%d of unknown layout, %d rows missing their object", scope.bucket, result.keys_checked, result.pages,
+             result.orphans, result.orphan_bytes, "would go" if run.dry_run else "owed", result.too_young,
+             result.unknown_keys, result.missing_objects)
+    return result
+
+
+def locate(inventory_s3, destinations: dict[str, str], bucket: str, reference_time: datetime | None,
+           max_age_hours: float) -> Report:
+    """The newest usable report of `bucket` (Variable blobgc_inventory names its destination), checked for age."""
+    if bucket not in destinations:
+        raise InventoryError(f"source=inventory, but Variable blobgc_inventory names no inventory destination for "
+                             f"bucket {bucket} (it names {', '.join(sorted(destinations)) or 'none'})")
+    report = find_report(inventory_s3, Destination.parse(destinations[bucket], source_bucket=bucket), bucket)
+    report.check_age(reference_time or datetime.now(timezone.utc), max_age_hours)
+    return report
+

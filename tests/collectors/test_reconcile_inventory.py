@@ -1,0 +1,196 @@
+"""Reconcile from S3 Inventory reports (written by blobgc.inventory, in AWS's format) and by parallel ranges."""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from blobgc.collectors.reconcile import discover_shards, reconcile_shard, split_shard
+from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scopes
+from blobgc.core.inventory import Destination, InventoryError
+from blobgc.core.outbox import delete_owed_objects
+from blobgc.core.runs import ensure_run
+from blobgc.inventory import report_of_bucket
+from tests.helpers import object_keys
+from tests.support.reconcile import age, contents_rows, floor_cutoff, new_run, owed, put, sha
+
+IMAGE = "3f" + "a" * 30
+
+
+def a_bucket_of_every_kind(conn, s3, bucket: str) -> None:
+    """Orphans, accounted-for keys, unknown keys and missing objects of every seed layout, all old but one."""
+    contents_rows(conn, sha("live"), sha("lost"))
+    with conn.transaction():
+        conn.execute("INSERT INTO app.blob (id, size_bytes) VALUES ('abc', 5), ('abd', 5), ('gone', 5)")
+        conn.execute("INSERT INTO app.image (image_id, num) VALUES (%s, 1)", (IMAGE,))
+        conn.execute("INSERT INTO blobgc.image_file (image_id, keys, sizes) VALUES (%s, %s, '{5,5}')",
+                     (IMAGE, [f"images/3f/{IMAGE}/big.jpg", f"images/3f/{IMAGE}/thumb.jpg"]))
+    put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", "blobs/abc/raw", "blobs/abc/thumbnail",
+        "blobs/abd/raw", "blobs/orphan/raw", f"images/3f/{IMAGE}/big.jpg", f"images/3f/{IMAGE}/medium.jpg",
+        f"images/3f/3f{'b' * 30}/big.jpg", "images/3f/not-an-image", "tmp/leftover.bin", "loose.txt",
+        "mail/g1-x", "odd name+plus%.txt")
+    age(s3, bucket)
+    put(s3, bucket, f"pastes/{sha('young')}")  # not yet past the age floor
+
+
+def logged(conn, run) -> set[tuple[str, str]]:
+    return {(r[0], r[1]) for r in conn.execute(
+        "SELECT source, unnest(keys) FROM blobgc.deletion_log WHERE run_id = %s", (run.run_id,))}
+
+
+def findings(conn, run) -> set[tuple[str, str]]:
+    return {(r[0], r[1]) for r in conn.execute(
+        "SELECT kind, key FROM blobgc.reconcile_finding WHERE run_id = %s", (run.run_id,))}
+
+
+def listing_run(conn, s3, bucket, run, **kwargs):
+    return [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=floor_cutoff(), **kwargs)
+            for shard in discover_shards(s3, bucket, conn=conn)]
+
+
+def inventory_run(conn, s3, bucket, run, reports, *, max_age_hours=48, prefixes=None, **kwargs):
+    report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, run.reference_time, max_age_hours)
+    scope = next(s for s in scopes(conn, bucket, [], seeds=True, prefixes=prefixes) if s.bucket == bucket)
+    return reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(),
+                                    max_age_hours=max_age_hours, **kwargs)
+
+
+@pytest.mark.parametrize("file_format", ["csv", "parquet"])
+def test_an_inventory_run_finds_what_a_listing_run_finds(conn, s3, bucket, reports, file_format):
+    a_bucket_of_every_kind(conn, s3, bucket)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"), file_format=file_format, rows_per_file=5)
+    listed, from_inventory = new_run(conn, "listed", dry_run=True), new_run(conn, "inventory", dry_run=True)
+    listing = listing_run(conn, s3, bucket, listed, page_size=3)
+    result = inventory_run(conn, s3, bucket, from_inventory, reports, part_rows=4)
+    assert result.pages == 4  # 15 keys in parts of at most 4, each joined alone
+    assert logged(conn, from_inventory) == logged(conn, listed) == {
+        ("app.content", f"pastes/{sha('dead')}"), ("app.blob", "blobs/orphan/raw"),
+        ("app.image", f"images/3f/3f{'b' * 30}/big.jpg"), ("gen.blob", "mail/g1-x")}
+    assert findings(conn, from_inventory) == findings(conn, listed) == {
+        ("unknown_key", "tmp/leftover.bin"), ("unknown_key", "loose.txt"), ("unknown_key", "odd name+plus%.txt"),
+        ("unknown_key", "images/3f/not-an-image"), ("missing_object", f"pastes/{sha('lost')}"),
+        ("missing_object", "blobs/gone/raw"), ("missing_object", f"images/3f/{IMAGE}/thumb.jpg")}
+    assert (result.too_young, result.keys_checked) == (sum(r.too_young for r in listing), 15)
+    assert owed(conn) == set()  # dry runs owe nothing
+
+
+def test_a_stale_report_keeps_keys_claimed_since_and_skips_objects_gone_since(conn, s3, bucket, reports):
+    put(s3, bucket, f"pastes/{sha('claimed later')}", f"pastes/{sha('deleted later')}", f"pastes/{sha('dead')}")
+    age(s3, bucket)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"))
+    # after the report: a row claims one key, another object is deleted, and a new row's object is written
+    contents_rows(conn, sha("claimed later"), sha("new"))
+    s3.delete_object(Bucket=bucket, Key=f"pastes/{sha('deleted later')}")
+    put(s3, bucket, f"pastes/{sha('new')}")
+    run = new_run(conn)
+    result = inventory_run(conn, s3, bucket, run, reports)
+    assert owed(conn) == {f"pastes/{sha('deleted later')}", f"pastes/{sha('dead')}"}
+    assert findings(conn, run) == set()  # the new object is no missing one: the store was asked
+    drained = delete_owed_objects(conn, s3, run)
+    assert (drained.objects_deleted, drained.absent, drained.failed) == (1, 1, 0)
+    assert object_keys(s3, bucket) == {f"pastes/{sha('claimed later')}", f"pastes/{sha('new')}"}
+    assert result.orphans == 2 and owed(conn) == set()
+
+
+def test_a_report_older_than_the_limit_fails_the_run(conn, s3, bucket, reports):
+    put(s3, bucket, f"pastes/{sha('dead')}")
+    age(s3, bucket, hours=100)
+    taken = datetime.now(timezone.utc) - timedelta(hours=72)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"), taken=taken)
+    run = ensure_run(conn, new_run(conn))
+    with pytest.raises(InventoryError, match=r"older than max_inventory_age_hours=48"):
+        inventory_run(conn, s3, bucket, run, reports)
+    assert owed(conn) == set() and logged(conn, run) == set()
+    assert inventory_run(conn, s3, bucket, run, reports, max_age_hours=96).orphans == 1
+
+
+def test_the_newest_report_of_a_configuration_with_the_needed_fields_is_used(conn, s3, bucket, reports):
+    put(s3, bucket, f"pastes/{sha('dead')}")
+    age(s3, bucket)
+    now = datetime.now(timezone.utc)
+    older = report_of_bucket(s3, bucket, Destination(reports, "inv/"), configuration="daily", taken=now - timedelta(hours=30))
+    newest = report_of_bucket(s3, bucket, Destination(reports, "inv/"), configuration="daily", taken=now - timedelta(hours=2))
+    lacking = report_of_bucket(s3, bucket, Destination(reports, "inv/"), configuration="keys-only", taken=now)
+    rewrite_manifest(s3, reports, lacking, fileSchema="Bucket, Key, ETag, StorageClass")
+    s3.put_object(Bucket=reports, Key=f"inv/{bucket}/daily/{(now + timedelta(minutes=1)):%Y-%m-%dT%H-%MZ}/x", Body=b"")
+    report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, now, 48)
+    assert report.manifest_key == newest != older  # a folder without a manifest is a report still being written
+
+
+def rewrite_manifest(s3, reports: str, manifest_key: str, *, checksum: bool = True, **changes) -> None:
+    manifest = json.loads(s3.get_object(Bucket=reports, Key=manifest_key)["Body"].read())
+    manifest.update(changes)
+    body = json.dumps(manifest).encode()
+    s3.put_object(Bucket=reports, Key=manifest_key, Body=body)
+    if checksum:
+        s3.put_object(Bucket=reports, Key=manifest_key.replace("manifest.json", "manifest.checksum"),
+                      Body=hashlib.md5(body).hexdigest().encode())
+
+
+def csv_schema_swapped(s3, reports, manifest_key):
+    rewrite_manifest(s3, reports, manifest_key, fileSchema="Bucket, Key, LastModifiedDate, Size, ETag, StorageClass")
+
+
+def csv_schema_short(s3, reports, manifest_key):
+    rewrite_manifest(s3, reports, manifest_key, fileSchema="Bucket, Key, Size, LastModifiedDate")
+
+
+def checksum_wrong(s3, reports, manifest_key):
+    rewrite_manifest(s3, reports, manifest_key, checksum=False, creationTimestamp="1")
+
+
+def data_file_missing(s3, reports, manifest_key):
+    manifest = json.loads(s3.get_object(Bucket=reports, Key=manifest_key)["Body"].read())
+    s3.delete_object(Bucket=reports, Key=manifest["files"][0]["key"])
+
+
+def data_file_altered(s3, reports, manifest_key):
+    manifest = json.loads(s3.get_object(Bucket=reports, Key=manifest_key)["Body"].read())
+    s3.put_object(Bucket=reports, Key=manifest["files"][0]["key"], Body=b"not what the manifest says")
+
+
+@pytest.mark.parametrize(("damage", "file_format", "message"), [
+    (checksum_wrong, "csv", "does not match its manifest.checksum"),
+    (data_file_missing, "csv", r"data file s3://\S+ listed by \S+, is missing"),
+    (data_file_altered, "parquet", r"is \d+ bytes with MD5 \w+; \S+ says"),
+    (csv_schema_swapped, "csv", "do not match the manifest's fileSchema"),
+    (csv_schema_short, "csv", "do not read as CSV with the fileSchema's 4 fields|do not match the manifest's"),
+    (lambda s3, r, k: rewrite_manifest(s3, r, k, fileSchema="message s3.inventory { required binary bucket; "
+                                       "required binary key; optional int64 size; optional int64 last_modified; }"),
+     "parquet", "lacks LastModifiedDate|lacks the column"),
+    (lambda s3, r, k: rewrite_manifest(s3, r, k, fileFormat="ORC"), "csv", "'ORC' is not supported"),
+])
+def test_a_malformed_report_fails_with_a_clear_message_and_deletes_nothing(conn, s3, bucket, reports, damage,
+                                                                           file_format, message):
+    put(s3, bucket, f"pastes/{sha('dead')}", "blobs/orphan/raw")
+    age(s3, bucket)
+    manifest_key = report_of_bucket(s3, bucket, Destination(reports, "inv/"), file_format=file_format)
+    damage(s3, reports, manifest_key)
+    run = new_run(conn)
+    with pytest.raises(InventoryError, match=message):
+        inventory_run(conn, s3, bucket, run, reports)
+    assert owed(conn) == set() and logged(conn, run) == set()
+    assert len(object_keys(s3, bucket)) == 2
+
+
+def test_a_parallel_listing_over_ranges_finds_what_one_listing_finds(conn, s3, bucket):
+    ids = [f"{c}{d}{i}" for c in "ab" for d in "0123456789xyz" for i in range(3)]
+    with conn.transaction():
+        conn.execute("INSERT INTO app.blob (id, size_bytes) SELECT unnest(%s::text[]), 5", (ids[::2] + ["a5gone"],))
+    put(s3, bucket, *(f"blobs/{i}/raw" for i in ids), "blobs/a/raw", "blobs/a-/raw")
+    age(s3, bucket)
+    whole, ranged = new_run(conn, "whole", dry_run=True), new_run(conn, "ranged", dry_run=True)
+    listing_run(conn, s3, bucket, whole, page_size=7)
+    shards = discover_shards(s3, bucket, conn=conn)
+    ranges = [r for shard in shards for r in split_shard(s3, bucket, shard, 4)]
+    assert len(ranges) == 8 and all(r.ranged for r in ranges)
+    for part in ranges:
+        reconcile_shard(conn, s3, ranged, part, bucket=bucket, cutoff=floor_cutoff(), page_size=7)
+    assert logged(conn, ranged) == logged(conn, whole)
+    assert len(logged(conn, whole)) == len(ids) // 2 + 2
+    assert findings(conn, ranged) == findings(conn, whole) == {("missing_object", "blobs/a5gone/raw")}
+    covered = [r[0] for r in conn.execute("SELECT keys_checked FROM blobgc.reconcile_checkpoint WHERE run_id = %s",
+                                          (ranged.run_id,))]
+    assert sum(covered) == len(ids) + 2 and min(covered) > 0
