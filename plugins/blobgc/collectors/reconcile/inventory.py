@@ -29,7 +29,7 @@ import logging
 import math
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -57,7 +57,7 @@ from blobgc.core.inventory import (
     read_manifest,
 )
 from blobgc.core.objects import object_sizes
-from blobgc.core.outbox import record_deletions
+from blobgc.core.outbox import record_in_batches
 from blobgc.core.runs import RunRef, add_counts
 
 log = logging.getLogger(__name__)
@@ -117,16 +117,12 @@ def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCol
 
 @dataclass
 class Part:
-    """One part's findings, before they are recorded."""
+    """One batch's findings (a part's are recorded batch by batch, in the part's one transaction)."""
 
-    keys: int = 0
-    orphans: list[tuple[str, int]] | None = None
+    orphans: list[tuple[str, int]] = field(default_factory=list)
     young: int = 0
-    unknown: list[tuple[str, str | None]] | None = None  # (key, its collection's source or None)
-    missing: list[tuple[str, str]] | None = None  # (key, source)
-
-    def __post_init__(self) -> None:
-        self.orphans, self.unknown, self.missing = [], [], []
+    unknown: list[tuple[str, str | None]] = field(default_factory=list)  # (key, its collection's source or None)
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (key, source)
 
 
 def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: Path) -> int:
@@ -200,50 +196,70 @@ def batches(rows: Iterator[tuple], size: int = PAGE) -> Iterator[list[tuple]]:
         yield batch
 
 
-def check_part(conn: psycopg.Connection, s3, db: Engine, scope: Scope, p: int, parts: int, cutoff_ms: int) -> Part:
-    """One part of the anti-join: the inventory's keys no row forms, checked live; the rows' keys it lacks."""
-    part = Part()
-    part.keys = db.db.execute("SELECT count(*) FROM inventory WHERE h % ? = ?", [parts, p]).fetchone()[0]
+def source_of(owner: KeySource | BoundCollection) -> str:
+    return owner.collection.source if isinstance(owner, BoundCollection) else owner.name
+
+
+def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, found: Part,
+                 result: ShardResult) -> None:
+    """Owe a batch's orphans and record its findings (inside the part's transaction); add them to `result`."""
+    by_source: dict[str, list[str]] = {}
+    for key, _ in found.orphans:
+        owned = scope.owner(key)
+        by_source.setdefault(source_of(owned[0]), []).append(key)  # type: ignore[index,arg-type]
+    for source, keys in by_source.items():
+        # no size: the report's may be stale; the drain asks the store, and an object gone since is absent
+        record_in_batches(conn, run, source=source, bucket=scope.bucket, keys=keys, sizes=[None] * len(keys),
+                          batch_size=PAGE, part=name)
+    for kind, keys_found in (("unknown_key", found.unknown), ("missing_object", found.missing)):
+        for source in {s for _, s in keys_found}:
+            conn.execute(queries.load("reconcile/insert_findings"), {
+                "run_id": run.run_id, "kind": kind, "bucket": scope.bucket, "source": source,
+                "keys": [k for k, s in keys_found if s == source]})
+    result.orphans += len(found.orphans)
+    result.orphan_bytes += sum(size for _, size in found.orphans)
+    result.too_young += found.young
+    result.unknown_keys += len(found.unknown)
+    result.missing_objects += len(found.missing)
+
+
+def reconcile_part(conn: psycopg.Connection, s3, db: Engine, run: RunRef, scope: Scope, name: str, p: int,
+                   parts: int, cutoff_ms: int) -> ShardResult:
+    """One part of the anti-join, recorded in one transaction with its checkpoint, a batch of keys at a time:
+    the inventory's keys that no row forms, checked live; then the keys rows must have that it lacks."""
+    result = ShardResult(name)
+    result.keys_checked = db.db.execute("SELECT count(*) FROM inventory WHERE h % ? = ?", [parts, p]).fetchone()[0]
     leftovers = db.query("""
         SELECT i.key, i.size, i.modified_ms
         FROM (SELECT key, size, modified_ms FROM inventory WHERE h % $1 = $2) AS i
-        ANTI JOIN (SELECT key FROM accounted WHERE h % $1 = $2) AS a USING (key)""", [parts, p])
-    for batch in batches(leftovers):
-        classify(conn, scope, batch, cutoff_ms, part)
-    lacking = [(key, owned[0]) for (key,) in db.query("""
+        ANTI JOIN (SELECT key FROM accounted WHERE h % $1 = $2) AS a USING (key)
+        ORDER BY i.key""", [parts, p])
+    lacking = db.query("""
         SELECT a.key FROM (SELECT key FROM accounted WHERE required AND h % $1 = $2) AS a
-        ANTI JOIN (SELECT key FROM inventory WHERE h % $1 = $2) AS i USING (key)""", [parts, p])
-        if (owned := scope.owner(key)) is not None and isinstance(owned[0], KeySource) and scope.within(owned[1])]
-    if lacking:  # written since the report was taken, or really missing: the store says which
-        present = object_sizes(s3, scope.bucket, [k for k, _ in lacking])
-        part.missing = [(key, source.name) for key, source in lacking if key not in present]
-    return part
-
-
-def record_part(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, part: Part) -> None:
-    """Owe the part's orphans, record its findings and mark it done, in one transaction."""
-    by_source: dict[str, list[tuple[str, int]]] = {}
-    for key, size in part.orphans:
-        owned = scope.owner(key)
-        by_source.setdefault(owned[0].collection.source if isinstance(owned[0], BoundCollection) else owned[0].name,
-                             []).append((key, size))
-    orphan_bytes = sum(s for _, s in part.orphans)
+        ANTI JOIN (SELECT key FROM inventory WHERE h % $1 = $2) AS i USING (key)
+        ORDER BY a.key""", [parts, p])
     with conn.transaction():
-        for source, orphans in by_source.items():
-            # no size: the report's may be stale; the drain asks the store, and an object gone since is absent
-            record_deletions(conn, run, source=source, bucket=scope.bucket, keys=[k for k, _ in orphans],
-                             sizes=[None] * len(orphans), part=name)
-        for kind, found in (("unknown_key", part.unknown), ("missing_object", part.missing)):
-            for source in {s for _, s in found}:
-                conn.execute(queries.load("reconcile/insert_findings"), {
-                    "run_id": run.run_id, "kind": kind, "bucket": scope.bucket, "source": source,
-                    "keys": [k for k, s in found if s == source]})
+        for batch in batches(leftovers):
+            found = Part()
+            classify(conn, scope, batch, cutoff_ms, found)
+            record_batch(conn, run, scope, name, found, result)
+            result.pages += 1
+        for batch in batches(lacking):
+            found = Part()
+            owned = [(key, o[0]) for (key,) in batch
+                     if (o := scope.owner(key)) is not None and isinstance(o[0], KeySource) and scope.within(o[1])]
+            if owned:  # written since the report was taken, or really missing: the store says which
+                present = object_sizes(s3, scope.bucket, [k for k, _ in owned])
+                found.missing = [(key, source.name) for key, source in owned if key not in present]
+            record_batch(conn, run, scope, name, found, result)
         if run.dry_run:
-            add_counts(conn, run, objects=len(part.orphans), bytes_=orphan_bytes, part=name)
+            add_counts(conn, run, objects=result.orphans, bytes_=result.orphan_bytes, part=name)
         conn.execute(queries.load("reconcile/upsert_checkpoint"), {
             "run_id": run.run_id, "shard": name, "start_after": "", "pending_ref": None, "pending_keys": [],
-            "keys": part.keys, "orphans": len(part.orphans), "orphan_bytes": orphan_bytes, "young": part.young,
-            "unknown": len(part.unknown), "missing": len(part.missing), "done": True})
+            "keys": result.keys_checked, "orphans": result.orphans, "orphan_bytes": result.orphan_bytes,
+            "young": result.too_young, "unknown": result.unknown_keys, "missing": result.missing_objects,
+            "done": True})
+    return result
 
 
 def done_parts(conn: psycopg.Connection, run: RunRef, names: Iterable[str]) -> set[str]:
@@ -288,15 +304,11 @@ def reconcile_from_inventory(
             for p, name in enumerate(names):
                 if name in done:
                     continue
-                part = check_part(conn, s3, db, scope, p, parts, cutoff_ms)
-                record_part(conn, run, scope, name, part)
+                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff_ms)
+                for total in ("keys_checked", "orphans", "orphan_bytes", "too_young", "unknown_keys",
+                              "missing_objects"):
+                    setattr(result, total, getattr(result, total) + getattr(part, total))
                 result.pages += 1
-                result.keys_checked += part.keys
-                result.orphans += len(part.orphans)
-                result.orphan_bytes += sum(s for _, s in part.orphans)
-                result.too_young += part.young
-                result.unknown_keys += len(part.unknown)
-                result.missing_objects += len(part.missing)
     log.info("%s from its inventory: %d keys in %d part(s); %d orphans (%d bytes) %s, %d too young to judge, "
              "%d of unknown layout, %d rows missing their object", scope.bucket, result.keys_checked, result.pages,
              result.orphans, result.orphan_bytes, "would go" if run.dry_run else "owed", result.too_young,
