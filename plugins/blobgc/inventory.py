@@ -94,6 +94,7 @@ def report_of_bucket(s3, source_bucket: str, destination: Destination, *, file_f
     """List `source_bucket` and write its report (see `write_report`); returns the manifest's key."""
     import duckdb
 
+    taken = taken or datetime.now(timezone.utc)  # a report is as old as the start of its listing
     with tempfile.TemporaryDirectory(prefix="blobgc-inventory-list-") as scratch:
         listing = Path(scratch) / "listing.csv"
         with listing.open("w", newline="") as out:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -223,8 +224,21 @@ def key_before(key: str) -> str:
     return key[:-1] + chr(last - 1) + HIGHEST if last > 0 else key[:-1]
 
 
+@dataclass(frozen=True)
+class ObjectStat:
+    """An object as the store reports it now: its size and LastModified."""
+
+    size: int
+    modified: datetime
+
+
 def object_sizes(client, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
-    """The size, as the store reports it, of each of `keys` that exists now (its current version).
+    """The size, as the store reports it, of each of `keys` that exists now (its current version)."""
+    return {key: stat.size for key, stat in object_stats(client, bucket, keys, concurrency=concurrency).items()}
+
+
+def object_stats(client, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+    """Size and LastModified, as the store reports them now, of each of `keys` that exists (its current version).
 
     The keys are sorted and cut into runs of about 1000. Each run is probed with one small ListObjectsV2
     page from its first key: where the keys are dense (most of what the store lists between them is
@@ -233,20 +247,20 @@ def object_sizes(client, bucket: str, keys: Iterable[str], *, concurrency: int =
     """
     ordered = sorted(set(keys))
     runs = [ordered[i:i + LIST_PAGE] for i in range(0, len(ordered), LIST_PAGE)]
-    found: dict[str, int] = {}
+    found: dict[str, ObjectStat] = {}
     sparse: list[str] = []
     for run in runs:
         listed, rest = list_dense_run(client, bucket, run)
         found.update(listed)
         sparse += rest
     if sparse:
-        found.update(head_sizes(client, bucket, sparse, concurrency=concurrency))
+        found.update(head_stats(client, bucket, sparse, concurrency=concurrency))
     return found
 
 
-def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, int], list[str]]:
-    """List a sorted run of keys while the listing is mostly made of them; returns (sizes found, keys left to HEAD)."""
-    found: dict[str, int] = {}
+def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
+    """List a sorted run of keys while the listing is mostly made of them; returns (objects found, keys left to HEAD)."""
+    found: dict[str, ObjectStat] = {}
     wanted = set(run)
     i, page_size = 0, PROBE_PAGE
     while i < len(run):
@@ -256,7 +270,7 @@ def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, int],
         hits = 0
         for item in contents:
             if item["Key"] in wanted:
-                found[item["Key"]] = int(item.get("Size") or 0)
+                found[item["Key"]] = ObjectStat(int(item.get("Size") or 0), item["LastModified"])
                 hits += 1
         if not page.get("IsTruncated") or not contents:
             return found, []
@@ -267,16 +281,18 @@ def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, int],
     return found, []
 
 
-def head_sizes(client, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, int]:
-    """HEAD each key: the size of those that exist now."""
+def head_stats(client, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+    """HEAD each key: the size and LastModified of those that exist now."""
 
-    def head(key: str) -> tuple[str, int | None]:
+    def head(key: str) -> tuple[str, ObjectStat | None]:
         try:
-            return key, int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+            answer = client.head_object(Bucket=bucket, Key=key)
+            return key, ObjectStat(int(answer["ContentLength"]), answer["LastModified"])
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return key, None
             raise
 
     with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
-        return {key: size for key, size in pool.map(head, keys) if size is not None}
+        return {key: stat for key, stat in pool.map(head, keys) if stat is not None}
+

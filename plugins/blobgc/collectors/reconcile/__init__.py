@@ -215,12 +215,18 @@ def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
     its first boundary with StartAfter and stops before the next; together they cover the shard
     exactly, keys outside every sub-prefix included (the first range starts at the shard's start,
     the last runs to its end). The loose keys at the top level (listed with a delimiter) stay whole.
+
+    A boundary past the prefix has only characters that sort after "/": a key is its row's id and
+    then "/" (blobs/{id}/raw), so an id that ends at or holds a character before "/" ("ab", "ab-c")
+    would otherwise fall on one side of a boundary and its key on the other, and the rows' check of
+    a range (`Shard.id_bound`) would miss it or call its object missing.
     """
     if ranges <= 1 or (shard.source is None and shard.collection is None and not shard.prefix):
         return [shard]
     subs: list[str] = []
     for depth in range(1, MAX_SPLIT_DEPTH + 1):
-        subs = leading_shards(s3, shard.bucket or bucket, shard.prefix, depth)
+        subs = [sub for sub in leading_shards(s3, shard.bucket or bucket, shard.prefix, depth)
+                if all(c > "/" for c in sub[len(shard.prefix):])]
         if len(subs) >= ranges:
             break
     if len(subs) < 2:
@@ -286,26 +292,40 @@ def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int =
                 return
 
 
+def id_floor(text: str | None) -> str | None:
+    """`text` cut before its first character that sorts at or before "/": every key formed from an id (the id,
+    then "/..." or nothing) that sorts after a key whose id part is `text` has an id at or after this."""
+    if text is None:
+        return None
+    for i, char in enumerate(text):
+        if char <= "/":
+            return text[:i]
+    return text
+
+
 def check_page(
     conn: psycopg.Connection,
     source: KeySource | None,
     shard: Shard,
     contents: list[dict],
     cutoff: datetime,
-    pending: tuple[str | None, list[str]],
+    after: str,
     last_page: bool,
-) -> tuple[PageResult, tuple[str | None, list[str]]]:
-    """Classify one page's keys, and find the rows of its id range whose objects the listing lacks.
+) -> PageResult:
+    """Classify one page's keys, and find the rows whose objects should be in its stretch of the listing but are not.
 
-    The last id of a page may have more keys on the next page, so its check waits (`pending`). A
-    range of a shard checks the rows from its first boundary's id to its last's.
+    The stretch is (`after`, the page's last key]: from the previous page's last key, or the range's
+    first boundary, to the range's end on the last page. It is decided in key order, as S3 lists:
+    the rows are fetched by an id interval wide enough for every key of the stretch (`id_floor`),
+    and each key they must have is judged by where it sorts. Ids and keys sort alike except around
+    characters before "/" ("ab-c" sorts after "ab", "blobs/ab-c/raw" before "blobs/ab/raw").
     """
     result = PageResult(keys=len(contents))
     if source is None:
         result.unknown = [o["Key"] for o in contents]
-        return result, pending
+        return result
     if isinstance(source, BoundCollection):
-        return check_collection_page(conn, source, contents, cutoff, result), pending
+        return check_collection_page(conn, source, contents, cutoff, result)
     refs: dict[str, str] = {}
     for item in contents:
         ref = source.layout.identity(item["Key"])
@@ -323,31 +343,27 @@ def check_page(
             result.orphans.append((item["Key"], int(item.get("Size") or 0)))
         else:
             result.young += 1
-    # the reverse check, over ids [previous page's last id, this page's last id): the last id of a
-    # page may have more keys on the next page, so it is checked with the next page
-    pending_ref, pending_keys = pending
-    listed: dict[str, set[str]] = {}
-    if pending_ref is not None:
-        listed[pending_ref] = set(pending_keys)
-    for key, ref in refs.items():
-        listed.setdefault(ref, set()).add(key)
-    if last_page:
-        hi, next_pending = shard.id_bound(source, shard.hi), (None, [])
-    elif refs:
-        hi = max(refs.values())
-        next_pending = (hi, sorted(listed[hi]))
-    else:
-        return result, pending
+    # the reverse check over the page's stretch of the listing, (first, last]
+    first = after or shard.lo
+    last = shard.hi if last_page else contents[-1]["Key"]
+
+    def in_stretch(key: str) -> bool:
+        above = key > after if after else (not shard.lo or key >= shard.lo)
+        below = (not last or key < last) if last_page else key <= last
+        return above and below and key.startswith(shard.prefix)
+
     ref_prefix = source.ref_prefix(shard.prefix)
+    hi = id_floor(shard.id_bound(source, last))
     rows = conn.execute(queries.load(source.rows_query), {
         "shard_lo": ref_prefix, "shard_hi": ref_prefix[:-1] + chr(ord(ref_prefix[-1]) + 1) if ref_prefix else HIGHEST,
-        "lo": pending_ref if pending_ref is not None else shard.id_bound(source, shard.lo), "hi": hi,
+        "lo": id_floor(shard.id_bound(source, first)), "hi": None if hi is None else hi + HIGHEST,
     }).fetchall()
+    listed = {item["Key"] for item in contents}
     for ref, known in rows:
         for key in source.required_keys(ref, known):
-            if key not in listed.get(ref, ()):
+            if in_stretch(key) and key not in listed:
                 result.missing.append(key)
-    return result, next_pending
+    return result
 
 
 def check_collection_page(conn: psycopg.Connection, bound: BoundCollection, contents: list[dict], cutoff: datetime,
@@ -407,12 +423,12 @@ def reconcile_shard(
     if row and row[3]:
         log.info("shard %s was already reconciled by this run", shard.name)
         return result
-    start_after, pending = (row[0], (row[1], list(row[2]))) if row else ("", (None, []))
+    start_after = row[0] if row else ""
     result.resumed_after = start_after
     if start_after:
         log.info("shard %s resumes after %s", shard.name, start_after)
     for contents, last_page in list_pages(s3, bucket, shard, start_after, page_size):
-        page, pending = check_page(conn, source, shard, contents, cutoff, pending, last_page)
+        page = check_page(conn, source, shard, contents, cutoff, start_after, last_page)
         with conn.transaction():
             if page.orphans:
                 record_deletions(conn, run, source=source_name, bucket=bucket,
@@ -432,7 +448,7 @@ def reconcile_shard(
             conn.execute(queries.load("reconcile/upsert_checkpoint"), {
                 "run_id": run.run_id, "shard": shard.checkpoint,
                 "start_after": contents[-1]["Key"] if contents else start_after,
-                "pending_ref": pending[0], "pending_keys": pending[1], "keys": page.keys,
+                "pending_ref": None, "pending_keys": [], "keys": page.keys,
                 "orphans": len(page.orphans), "orphan_bytes": orphan_bytes, "young": page.young,
                 "unknown": len(page.unknown), "missing": len(page.missing), "done": last_page,
             })

@@ -11,17 +11,19 @@ already lists every key with its size and LastModified, so one task per bucket:
 3. anti-joins the two, hash-partitioned into parts of about `PART_ROWS` inventory keys, each part
    joined alone so memory stays bounded at any scale;
 4. checks each part's leftovers against the live database exactly as a listing's page is checked
-   (a key's layout or template names its row; one query per 1000 keys). The report is hours old:
-   a row inserted since keeps its key, and an object deleted since is owed like any orphan and
-   settled as absent by the drain, never counted, never an error. Orphans are owed without a size,
-   so the drain asks the store what exists before it deletes (`blobgc.core.outbox`);
+   (a key's layout or template names its row; one query per 1000 keys). The report is hours old,
+   so the orphans it gives are then asked of the store (`object_stats`: a listing where they are
+   dense, HEAD where sparse): one deleted since is no orphan (not owed, not an error), one written
+   again since is judged by its LastModified now, too young while its row may be on its way, and
+   the rest are owed with their size now. A row inserted later still keeps its key: the drain's
+   guards check every key against the live database just before deleting it;
 5. keys the rows must have and the report lacks are asked of the store before they are recorded
    as missing objects: an object written after the report is not missing.
 
 What is in scope is what a listing run would list (`Scope`): the same sources, collections,
 unknown folders and Param `prefixes`, so both sources find the same orphans, unknown keys and
-missing objects. Each part is recorded in one transaction with its checkpoint; a retry skips
-the parts done.
+missing objects. Each batch of a part is recorded in one transaction with the part's checkpoint
+(its phase and last key); a retry resumes after it.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from psycopg import sql
 from blobgc.collectors.reconcile import (
     BLOB_OBJECTS,
     PAGE,
+    LISTING_MARGIN,
     KeySource,
     ShardResult,
     check_age_floor,
@@ -56,7 +59,7 @@ from blobgc.core.inventory import (
     find_report,
     read_manifest,
 )
-from blobgc.core.objects import object_sizes
+from blobgc.core.objects import object_stats
 from blobgc.core.outbox import record_in_batches
 from blobgc.core.runs import RunRef, add_counts
 
@@ -64,7 +67,8 @@ log = logging.getLogger(__name__)
 
 PART_ROWS = 5_000_000  # inventory keys per part of the anti-join: about 1 GB of DuckDB memory at most
 COPY_CHUNK = 256 << 20  # bytes of COPY output loaded into DuckDB at a time
-ACCOUNTED = {"key": "VARCHAR", "required": "BOOLEAN"}
+LEFTOVERS, LACKING = "leftovers", "lacking"  # a part's two phases, in its checkpoint
+BATCH = PAGE  # keys checked, confirmed and recorded per transaction
 
 
 @dataclass(frozen=True)
@@ -110,9 +114,12 @@ def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCol
                                                                                for b in collections))
     own = [b for b in collections if not b.collection.column_mode]
     buckets = dict.fromkeys([run_bucket] + [b.bucket for b in own])
-    return [Scope(bucket, sources if bucket == run_bucket else (),
-                  tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket,
-                  tuple(prefixes or ())) for bucket in buckets]
+    planned = [Scope(bucket, sources if bucket == run_bucket else (),
+                     tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket,
+                     tuple(prefixes or ())) for bucket in buckets]
+    # another bucket is read only for a collection of it that the Param `prefixes` leaves in the run
+    return [s for s in planned if s.bucket == run_bucket or
+            any(s.within(p) for b in s.collections for p in b.collection.prefixes)]
 
 
 @dataclass
@@ -152,8 +159,10 @@ def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: 
 
 
 def classify(conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int, int]], cutoff_ms: int,
-             part: Part) -> None:
-    """Check inventory keys that no formed key matched against the live database, as a listing's page is."""
+             part: Part) -> list[tuple[str, int]]:
+    """Check inventory keys that no formed key matched against the live database, as a listing's page is:
+    unknown keys and keys too young by the report go in `part`; returns the orphans by the report."""
+    candidates: list[tuple[str, int]] = []
     by_owner: dict[int, tuple[KeySource | BoundCollection, list[tuple[str, int, int]]]] = {}
     for item in items:
         owned = scope.owner(item[0])
@@ -180,12 +189,13 @@ def classify(conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int,
             if key in accounted or key in unparsed:
                 continue
             if modified_ms < cutoff_ms:
-                part.orphans.append((key, size))
+                candidates.append((key, size))
             else:
                 part.young += 1
+    return candidates
 
 
-def batches(rows: Iterator[tuple], size: int = PAGE) -> Iterator[list[tuple]]:
+def batches(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
     batch: list[tuple] = []
     for row in rows:
         batch.append(row)
@@ -200,17 +210,39 @@ def source_of(owner: KeySource | BoundCollection) -> str:
     return owner.collection.source if isinstance(owner, BoundCollection) else owner.name
 
 
+def confirm_orphans(s3, scope: Scope, candidates: list[tuple[str, int]], cutoff: datetime, found: Part) -> int:
+    """Ask the store about the batch's orphans by the report: owe those that exist and are still older than the
+    cut-off, with their size now; an object written again since the report is too young (its row may be on its
+    way), and one deleted since is no orphan. Returns how many were gone."""
+    if not candidates:
+        return 0
+    now = object_stats(s3, scope.bucket, [k for k, _ in candidates])
+    latest = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)
+    for key, _ in candidates:
+        stat = now.get(key)
+        if stat is None:
+            continue
+        if stat.modified < latest:
+            found.orphans.append((key, stat.size))
+        else:
+            found.young += 1
+    return sum(key not in now for key, _ in candidates)
+
+
 def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, found: Part,
                  result: ShardResult) -> None:
-    """Owe a batch's orphans and record its findings (inside the part's transaction); add them to `result`."""
-    by_source: dict[str, list[str]] = {}
-    for key, _ in found.orphans:
-        owned = scope.owner(key)
-        by_source.setdefault(source_of(owned[0]), []).append(key)  # type: ignore[index,arg-type]
-    for source, keys in by_source.items():
-        # no size: the report's may be stale; the drain asks the store, and an object gone since is absent
-        record_in_batches(conn, run, source=source, bucket=scope.bucket, keys=keys, sizes=[None] * len(keys),
-                          batch_size=PAGE, part=name)
+    """Owe a batch's orphans and record its findings (inside the batch's transaction); add them to `result`."""
+    by_owner: dict[str, tuple[KeySource | BoundCollection, list[tuple[str, int]]]] = {}
+    for key, size in found.orphans:
+        owner = scope.owner(key)[0]  # type: ignore[index]
+        by_owner.setdefault(source_of(owner), (owner, []))[1].append((key, size))
+    for source, (owner, orphans) in by_owner.items():
+        record_in_batches(conn, run, source=source, bucket=scope.bucket, keys=[k for k, _ in orphans],
+                          sizes=[s for _, s in orphans], batch_size=PAGE, part=name)
+        if run.dry_run:  # a dry run's part belongs to one collection
+            collection = owner.name if isinstance(owner, BoundCollection) else None
+            add_counts(conn, run, objects=len(orphans), bytes_=sum(s for _, s in orphans),
+                       part=f"{name} {collection}" if collection else name, collection=collection)
     for kind, keys_found in (("unknown_key", found.unknown), ("missing_object", found.missing)):
         for source in {s for _, s in keys_found}:
             conn.execute(queries.load("reconcile/insert_findings"), {
@@ -223,42 +255,63 @@ def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str,
     result.missing_objects += len(found.missing)
 
 
+def checkpoint(conn: psycopg.Connection, run: RunRef, name: str, phase: str, after: str, found: Part, *,
+               keys: int = 0, done: bool = False) -> None:
+    conn.execute(queries.load("reconcile/upsert_checkpoint"), {
+        "run_id": run.run_id, "shard": name, "start_after": after, "pending_ref": phase, "pending_keys": [],
+        "keys": keys, "orphans": len(found.orphans), "orphan_bytes": sum(s for _, s in found.orphans),
+        "young": found.young, "unknown": len(found.unknown), "missing": len(found.missing), "done": done})
+
+
 def reconcile_part(conn: psycopg.Connection, s3, db: Engine, run: RunRef, scope: Scope, name: str, p: int,
-                   parts: int, cutoff_ms: int) -> ShardResult:
-    """One part of the anti-join, recorded in one transaction with its checkpoint, a batch of keys at a time:
-    the inventory's keys that no row forms, checked live; then the keys rows must have that it lacks."""
+                   parts: int, cutoff: datetime) -> ShardResult:
+    """One part of the anti-join, a batch of up to 1000 keys at a time, each batch recorded in its own transaction
+    with the part's checkpoint (the phase and the last key done), so a retry resumes after it:
+
+    1. the report's keys that no row forms (in key order), checked against the live database, the orphans
+       among them confirmed with the store;
+    2. the keys rows must have that the report lacks (in key order), asked of the store.
+    """
     result = ShardResult(name)
-    result.keys_checked = db.db.execute("SELECT count(*) FROM inventory WHERE h % ? = ?", [parts, p]).fetchone()[0]
-    leftovers = db.query("""
-        SELECT i.key, i.size, i.modified_ms
-        FROM (SELECT key, size, modified_ms FROM inventory WHERE h % $1 = $2) AS i
-        ANTI JOIN (SELECT key FROM accounted WHERE h % $1 = $2) AS a USING (key)
-        ORDER BY i.key""", [parts, p])
-    lacking = db.query("""
-        SELECT a.key FROM (SELECT key FROM accounted WHERE required AND h % $1 = $2) AS a
-        ANTI JOIN (SELECT key FROM inventory WHERE h % $1 = $2) AS i USING (key)
-        ORDER BY a.key""", [parts, p])
-    with conn.transaction():
-        for batch in batches(leftovers):
+    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": name}).fetchone()
+    phase, after = (row[1], row[0]) if row else (LEFTOVERS, "")
+    cutoff_ms = int(cutoff.timestamp() * 1000)
+    gone = 0
+    if phase == LEFTOVERS:
+        leftovers = db.query("""
+            SELECT i.key, i.size, i.modified_ms
+            FROM (SELECT key, size, modified_ms FROM inventory WHERE h % $1 = $2 AND key > $3) AS i
+            ANTI JOIN (SELECT key FROM accounted WHERE h % $1 = $2) AS a USING (key)
+            ORDER BY i.key""", [parts, p, after])
+        for batch in batches(leftovers, BATCH):
             found = Part()
-            classify(conn, scope, batch, cutoff_ms, found)
-            record_batch(conn, run, scope, name, found, result)
+            candidates = classify(conn, scope, batch, cutoff_ms, found)
+            gone += confirm_orphans(s3, scope, candidates, cutoff, found)
+            with conn.transaction():
+                record_batch(conn, run, scope, name, found, result)
+                checkpoint(conn, run, name, LEFTOVERS, batch[-1][0], found)
             result.pages += 1
-        for batch in batches(lacking):
-            found = Part()
-            owned = [(key, o[0]) for (key,) in batch
-                     if (o := scope.owner(key)) is not None and isinstance(o[0], KeySource) and scope.within(o[1])]
-            if owned:  # written since the report was taken, or really missing: the store says which
-                present = object_sizes(s3, scope.bucket, [k for k, _ in owned])
-                found.missing = [(key, source.name) for key, source in owned if key not in present]
+        phase, after = LACKING, ""
+    lacking = db.query("""
+        SELECT a.key FROM (SELECT key FROM accounted WHERE required AND h % $1 = $2 AND key > $3) AS a
+        ANTI JOIN (SELECT key FROM inventory WHERE h % $1 = $2) AS i USING (key)
+        ORDER BY a.key""", [parts, p, after])
+    for batch in batches(lacking, BATCH):
+        found = Part()
+        owned = [(key, o[0]) for (key,) in batch
+                 if (o := scope.owner(key)) is not None and isinstance(o[0], KeySource) and scope.within(o[1])]
+        if owned:  # written since the report was taken, or really missing: the store says which
+            present = object_stats(s3, scope.bucket, [k for k, _ in owned])
+            found.missing = [(key, source.name) for key, source in owned if key not in present]
+        with conn.transaction():
             record_batch(conn, run, scope, name, found, result)
-        if run.dry_run:
-            add_counts(conn, run, objects=result.orphans, bytes_=result.orphan_bytes, part=name)
-        conn.execute(queries.load("reconcile/upsert_checkpoint"), {
-            "run_id": run.run_id, "shard": name, "start_after": "", "pending_ref": None, "pending_keys": [],
-            "keys": result.keys_checked, "orphans": result.orphans, "orphan_bytes": result.orphan_bytes,
-            "young": result.too_young, "unknown": result.unknown_keys, "missing": result.missing_objects,
-            "done": True})
+            checkpoint(conn, run, name, LACKING, batch[-1][0], found)
+        result.pages += 1
+    result.keys_checked = db.db.execute("SELECT count(*) FROM inventory WHERE h % ? = ?", [parts, p]).fetchone()[0]
+    with conn.transaction():
+        checkpoint(conn, run, name, LACKING, "", Part(), keys=result.keys_checked, done=True)
+    if gone:
+        log.info("%s: %d orphans by the report were deleted since it was taken: not counted", name, gone)
     return result
 
 
@@ -283,7 +336,6 @@ def reconcile_from_inventory(
                            configuration=configuration)
     report.check_age(run.reference_time or datetime.now(timezone.utc), max_age_hours)
     result = ShardResult(f"inventory of {scope.bucket}")
-    cutoff_ms = int(cutoff.timestamp() * 1000)
     base = Path(workdir or tempfile.gettempdir())
     with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=base) as scratch_dir:
         scratch = Path(scratch_dir)
@@ -304,7 +356,7 @@ def reconcile_from_inventory(
             for p, name in enumerate(names):
                 if name in done:
                     continue
-                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff_ms)
+                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff)
                 for total in ("keys_checked", "orphans", "orphan_bytes", "too_young", "unknown_keys",
                               "missing_objects"):
                     setattr(result, total, getattr(result, total) + getattr(part, total))
