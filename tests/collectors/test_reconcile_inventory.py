@@ -7,13 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from blobgc.collectors.reconcile import discover_shards, reconcile_shard, split_shard
-from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scopes
+from blobgc.collectors.reconcile import collection_shards, discover_shards, reconcile_shard, split_shard
+from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scope_of, scopes
 from blobgc.core.inventory import Destination, InventoryError
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
 from tests.helpers import object_keys
+from tests.support.collections import add_upload, bound_shop, create_shop, new_schema
 from tests.support.reconcile import age, contents_rows, floor_cutoff, new_run, owed, put, sha
 
 IMAGE = "3f" + "a" * 30
@@ -52,7 +53,7 @@ def listing_run(conn, s3, bucket, run, **kwargs):
 
 def inventory_run(conn, s3, bucket, run, reports, *, max_age_hours=48, prefixes=None, **kwargs):
     report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, run.reference_time, max_age_hours)
-    scope = next(s for s in scopes(conn, bucket, [], seeds=True, prefixes=prefixes) if s.bucket == bucket)
+    scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=prefixes)
     return reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(),
                                     max_age_hours=max_age_hours, **kwargs)
 
@@ -228,3 +229,31 @@ def test_a_parallel_listing_over_ranges_finds_what_one_listing_finds(conn, s3, b
     covered = [r[0] for r in conn.execute("SELECT keys_checked FROM blobgc.reconcile_checkpoint WHERE run_id = %s",
                                           (ranged.run_id,))]
     assert sum(covered) == len(ids) and min(covered) > 0
+
+
+def test_a_collection_in_a_bucket_of_its_own_is_reconciled_from_its_report_as_by_listing(conn, s3, bucket,
+                                                                                        versioned_bucket, reports):
+    shop_bucket, schema = versioned_bucket, new_schema()
+    create_shop(conn, schema)
+    uploads = [add_upload(conn, s3, schema, shop_bucket, i, f"content-{i}".encode()) for i in (1, 2)]
+    put(s3, shop_bucket, f"uploads/{sha('no row')}.png", "upload-thumbs/77.jpg", "uploads/not-a-template",
+        "elsewhere/x")
+    age(s3, shop_bucket)
+    bound = bound_shop(conn, schema, shop_bucket)
+    listed, from_inventory = new_run(conn, "listed", dry_run=True), new_run(conn, "inventory", dry_run=True)
+    for shard in collection_shards([bound]):
+        reconcile_shard(conn, s3, listed, shard, bucket=bucket, cutoff=floor_cutoff(), collection=bound)
+    planned = scopes(conn, bucket, [bound], seeds=True, prefixes=None)
+    assert [(s.bucket, s.unknown) for s in planned] == [(bucket, True), (shop_bucket, False)]
+    assert [s.bucket for s in scopes(conn, bucket, [bound], seeds=True, prefixes=["pastes/"])] == [bucket]
+    report_of_bucket(s3, shop_bucket, Destination(reports, "inv/"), file_format="parquet")
+    report = locate(s3, {shop_bucket: f"s3://{reports}/inv"}, shop_bucket, None, 48)
+    reconcile_from_inventory(conn, s3, s3, from_inventory, planned[1], report.location, cutoff=floor_cutoff(),
+                             max_age_hours=48)
+    source = f"collection:{bound.name}"
+    assert logged(conn, from_inventory) == logged(conn, listed) == {
+        (source, f"uploads/{sha('no row')}.png"), (source, "upload-thumbs/77.jpg")}
+    assert findings(conn, from_inventory) == findings(conn, listed) == {("unknown_key", "uploads/not-a-template")}
+    assert {u["key"] for u in uploads} <= object_keys(s3, shop_bucket)
+    assert conn.execute("SELECT sum(objects_deleted) FROM blobgc.run_part WHERE run_id = %s AND collection = %s",
+                        (from_inventory.run_id, bound.name)).fetchone()[0] == 2  # the dry run's figures, by collection

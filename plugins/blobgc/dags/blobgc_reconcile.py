@@ -87,10 +87,9 @@ def blobgc_reconcile():
         part = Shard.from_xcom(shard)
         cutoff = step.cutoff(hours=step.params["min_age_hours"])
         if part.inventory:
-            collections = checked_collections(step.conn, step.params)
-            scope = next(s for s in inventory.scopes(step.conn, blob_bucket(), collections,
-                                                     seeds=not step.params["collections"],
-                                                     prefixes=step.params["prefixes"]) if s.bucket == part.bucket)
+            scope = inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
+                                       part.bucket, seeds=not step.params["collections"],
+                                       prefixes=step.params["prefixes"])
             return inventory.reconcile_from_inventory(
                 step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,
                 max_age_hours=step.params["max_inventory_age_hours"])

@@ -122,6 +122,16 @@ def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCol
             any(s.within(p) for b in s.collections for p in b.collection.prefixes)]
 
 
+def scope_of(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCollection], bucket: str, *,
+             seeds: bool, prefixes: list[str] | None) -> Scope:
+    """The scope of one bucket of the run (`scopes`)."""
+    for scope in scopes(conn, run_bucket, collections, seeds=seeds, prefixes=prefixes):
+        if scope.bucket == bucket:
+            return scope
+    raise ValueError(f"bucket {bucket} is no longer part of this run: its collections were removed from the "
+                     "collections file since the run was planned")
+
+
 @dataclass
 class Part:
     """One batch's findings (a part's are recorded batch by batch, in the part's one transaction)."""
