@@ -10,9 +10,10 @@ holds the rest.
 
 **Only what existed is counted.** A key whose size was recorded when its object was written counts
 with that size. For a key of unknown size (a thumbnail that may never have been made), the drain
-asks the store first (`blobgc.objects.object_sizes`: a listing where such keys are dense, HEAD where
+asks the store first (`blobgc.objects.object_stats`: a listing where such keys are dense, HEAD where
 they are sparse); one that is absent is settled as such, never counted, and gets no delete marker on
-a versioned bucket.
+a versioned bucket. A key logged with `modified_before` (an orphan judged by an inventory report's
+LastModified) is always asked, and kept when its object was written at or after that moment.
 
 **One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
 retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
@@ -29,7 +30,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
@@ -42,7 +43,7 @@ from blobgc.core.objects import (
     delete_objects_in_batches,
     error_code,
     is_transient,
-    object_sizes,
+    object_stats,
 )
 from blobgc.core.results import TaskResult, local
 from blobgc.core.collections import collection_of_source
@@ -103,8 +104,12 @@ def record_deletions(
     sizes: Sequence[int | None],
     rows: Sequence[str] | None = None,
     part: str = "",
+    modified_before: datetime | None = None,
 ) -> None:
     """Log `keys` and owe their deletion; call inside the transaction that deletes their rows.
+
+    With `modified_before` (an orphan judged by a stale LastModified, as an inventory report's), the drain asks
+    the store for each object just before deleting it and keeps one written at or after that moment.
 
     On a dry run the keys are logged (the run's report of what would go, under `part`: see
     `blobgc.runs.restart_dry_run_part`) and nothing is owed. `rows` are the deleted rows' images as
@@ -117,16 +122,17 @@ def record_deletions(
         queries.load("outbox/insert_deletions"),
         {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
          "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
-         "rows": f"[{','.join(rows)}]" if rows else None, "part": part},
+         "rows": f"[{','.join(rows)}]" if rows else None, "part": part, "modified_before": modified_before},
     )
 
 
 def record_in_batches(conn: psycopg.Connection, run: RunRef, *, source: str, bucket: str, keys: Sequence[str],
-                      sizes: Sequence[int | None], batch_size: int, part: str = "") -> int:
+                      sizes: Sequence[int | None], batch_size: int, part: str = "",
+                      modified_before: datetime | None = None) -> int:
     """`record_deletions` in log rows of `batch_size` keys; returns the number of rows."""
     for start in range(0, len(keys), batch_size):
         record_deletions(conn, run, source=source, bucket=bucket, keys=keys[start:start + batch_size],
-                         sizes=sizes[start:start + batch_size], part=part)
+                         sizes=sizes[start:start + batch_size], part=part, modified_before=modified_before)
     return -(-len(keys) // batch_size)
 
 
@@ -307,8 +313,12 @@ class KeyOutcome:
 
 def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, source: str, keys: list[str],
                  batch_size: int, concurrency: int, versioned: dict[str, bool],
-                 sizes_logged: dict[str, int | None]) -> dict[str, KeyOutcome]:
-    """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure."""
+                 sizes_logged: dict[str, int | None],
+                 modified_before: dict[str, datetime] | None = None) -> dict[str, KeyOutcome]:
+    """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure.
+
+    A key with a `modified_before` moment is asked of the store whatever its logged size, and kept when its
+    object was written at or after that moment (written again since it was judged an orphan)."""
     layout = key_layouts.layout(source)
     needed: set[str] = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else set()
     outcomes = {key: KeyOutcome("kept") for key in keys if key in needed}
@@ -317,18 +327,33 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
         return outcomes
     if bucket not in versioned:
         versioned[bucket] = bucket_is_versioned(s3, bucket)
-    # a size recorded when the object was written is its size; a key of unknown size is asked of the store
-    present: dict[str, int | None] = {k: sizes_logged[k] for k in todo if sizes_logged.get(k) is not None}
+    # a size recorded when the object was written is its size; a key of unknown size, or whose age must be
+    # checked again, is asked of the store
+    modified_before = modified_before or {}
+    present: dict[str, int | None] = {k: sizes_logged[k] for k in todo
+                                      if sizes_logged.get(k) is not None and k not in modified_before}
     unknown = [k for k in todo if k not in present]
     try:
-        present.update(object_sizes(s3, bucket, unknown) if unknown else {})
+        stats = object_stats(s3, bucket, unknown) if unknown else {}
+        rewritten = {k for k, stat in stats.items() if k in modified_before and stat.modified >= modified_before[k]}
+        if rewritten:
+            log.info("kept %d owed objects of %s written again since they were judged orphans", len(rewritten), source)
+            outcomes.update({k: KeyOutcome("kept") for k in rewritten})
+            todo = [k for k in todo if k not in rewritten]
+        present.update({k: stat.size for k, stat in stats.items() if k not in rewritten})
     except ClientError as error:
         if error_code(error) not in ("AccessDenied", "AllAccessDisabled", "403"):
             raise
-        # may delete but neither list nor read: such keys are taken to exist, their bytes unknown
+        # may delete but neither list nor read: such keys are taken to exist, their bytes unknown; a key whose age
+        # must be checked again is never deleted unchecked: it stays owed, failed (and parks if this persists)
+        unchecked = [k for k in unknown if k in modified_before]
         log.warning("may not list or HEAD %s (%s): %d owed keys of unknown size are deleted without checking that "
-                    "they exist", bucket, error_code(error), len(unknown))
-        present.update({k: None for k in unknown})
+                    "they exist; %d whose age must be checked stay owed", bucket, error_code(error),
+                    len(unknown) - len(unchecked), len(unchecked))
+        outcomes.update({k: KeyOutcome("failed", error=f"{error_code(error)}: cannot check the object's age",
+                                       permanent=True) for k in unchecked})
+        todo = [k for k in todo if k not in unchecked]
+        present.update({k: None for k in unknown if k not in modified_before})
     outcomes.update({key: KeyOutcome("absent") for key in todo if key not in present})
     existing = [k for k in todo if k in present]
     outcome = delete_objects_in_batches(s3, bucket, existing, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
@@ -353,9 +378,12 @@ def settle_batches(
     """
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
     sizes_logged: dict[tuple[str, str], int | None] = {}
-    for _log_id, bucket, source, keys, sizes, _failures in rows:
+    not_after: dict[tuple[str, str], datetime] = {}
+    for _log_id, bucket, source, keys, sizes, _failures, modified_before in rows:
         by_group[(bucket, source)].extend(keys)
         sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
+        if modified_before is not None:
+            not_after.update({(bucket, k): modified_before for k in keys})
     outcomes: dict[tuple[str, str], KeyOutcome] = {}
     versioned: dict[str, bool] = {}
     settled = DrainResult()
@@ -367,7 +395,8 @@ def settle_batches(
                 if bucket in down:
                     raise down[bucket]
                 group = delete_group(conn, s3, guards, bucket, source, keys, batch_size, concurrency, versioned,
-                                     {k: sizes_logged.get((bucket, k)) for k in keys})
+                                     {k: sizes_logged.get((bucket, k)) for k in keys},
+                                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after})
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)
                 message = f"{error_code(error)}: {error}"[:500]
@@ -378,7 +407,7 @@ def settle_batches(
                     down[bucket] = error
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
-    for log_id, bucket, source, keys, sizes, failures in rows:
+    for log_id, bucket, source, keys, sizes, failures, _modified_before in rows:
         results = [outcomes[(bucket, k)] for k in keys]
         failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
         done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
