@@ -569,7 +569,7 @@ def mb(value: float) -> str:
     return f"{value:,.0f} MB"
 
 
-def report(results: dict) -> None:
+def report_inventory(results: dict) -> None:
     base = results.get("baseline")
     for r in results.get("inventory", []):
         print(f"\n## inventory reconcile, {r['format']}: {r['objects']:,} objects against {r['rows']:,} rows "
@@ -595,6 +595,9 @@ def report(results: dict) -> None:
             rss = r["phase_rss_mb"].get(name)
             print(f"{name:<18} {seconds:8.2f} {share:>6} {mb(rss) if rss else '':>9}  {what}")
         print(f"parts: {', '.join(f'{s:.1f}s' for s in r['part_seconds'])}")
+
+
+def report_antijoin(results: dict) -> None:
     if "antijoin" in results:
         a = results["antijoin"]
         print(f"\n## anti-join alone: {a['n']:,} inventory keys against {a['n']:,} accounted keys, in DuckDB "
@@ -612,6 +615,9 @@ def report(results: dict) -> None:
         print(f"1B keys:      {a['projection_1b_linear_s'] / 60:.0f} min if linear; "
               f"{a['projection_1b_measured_s'] / 3600:.1f} h at the measured growth; scratch "
               f"~{a['disk_peak_bytes'] * 1e9 / a['n'] / 1e9:.0f} GB")
+
+
+def report_parallel(results: dict) -> None:
     if "parallel" in results:
         p = results["parallel"]
         print(f"\n## parallel listing: {p['objects']:,} objects in one shard (pastes/0), split_shard into R ranges, "
@@ -643,19 +649,22 @@ def main() -> int:
     workdir.mkdir(parents=True)
     results: dict = {"when": datetime.now(timezone.utc).isoformat(), "part_rows": PART_ROWS,
                      "memory_limit": MEMORY_LIMIT, "cpus": os.cpu_count()}
-    try:
+    try:  # each part's figures are printed as soon as it ends
         if args.objects and args.sample:
             results["baseline"] = listing_baseline(args.sample)
         if args.objects:
             results["inventory"] = inventory_at_scale(args.objects, formats, args.missing, workdir)
+            report_inventory(results)
         if args.antijoin:
             results["antijoin"] = antijoin_alone(args.antijoin, workdir)
+            report_antijoin(results)
         if args.listing_objects and ranges:
             results["parallel"] = parallel_listing(args.listing_objects, ranges)
+            report_parallel(results)
     finally:
-        drop_database()
+        if args.objects or (args.listing_objects and ranges):  # part 2 alone needs neither PostgreSQL nor S3
+            drop_database()
         shutil.rmtree(workdir, ignore_errors=True)
-    report(results)
     print(json.dumps(results))
     return 0
 
