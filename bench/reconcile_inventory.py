@@ -662,9 +662,12 @@ def main() -> int:
             results["parallel"] = parallel_listing(args.listing_objects, ranges)
             report_parallel(results)
     finally:
-        if args.objects or (args.listing_objects and ranges):  # part 2 alone needs neither PostgreSQL nor S3
-            drop_database()
         shutil.rmtree(workdir, ignore_errors=True)
+        if args.objects or (args.listing_objects and ranges):  # part 2 alone needs neither PostgreSQL nor S3
+            try:
+                drop_database()
+            except psycopg.Error as error:
+                print(f"could not drop database {bench_database.BENCH_DB}: {error}", file=sys.stderr)
     print(json.dumps(results))
     return 0
 
