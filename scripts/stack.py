@@ -166,7 +166,8 @@ def stack_env() -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{AIRFLOW_PORT}/execution/",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        # admin, and a viewer: may read everything, trigger nothing (the receipts' Undo is not theirs to press)
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(airflow_home / "passwords.json"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_dsn(AIRFLOW_DB, "postgresql+psycopg2"),
         "AIRFLOW__API__PORT": str(AIRFLOW_PORT),
@@ -385,12 +386,16 @@ def up_celery_workers(penv: dict[str, str]) -> None:
         wait_for(lambda f=logfile, o=offset: b" ready." in f.read_bytes()[o:], f"celery {logfile.stem}", 120, logfile)
 
 
+LOCAL_USERS = {"admin": "admin", "viewer": "viewer"}  # the local stack's sign-ins (password = name)
+
+
 def up_airflow(env: dict[str, str]) -> None:
     home = Path(env["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     pw = home / "passwords.json"
-    if not pw.exists():
-        pw.write_text(json.dumps({"admin": "admin"}))
+    passwords = json.loads(pw.read_text()) if pw.exists() else {}
+    if set(passwords) != set(LOCAL_USERS):  # a home made before a user was added gets it
+        pw.write_text(json.dumps({**LOCAL_USERS, **passwords}))
     penv = process_env(env)
     switch_executor()
     running = {c: pid_alive(read_pid(f"airflow-{c}")) for c in AIRFLOW_COMPONENTS}

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 
@@ -283,10 +284,23 @@ def restore_conf() -> dict:
     return {"run_id": row[0] if row else "none", "source_dag_id": "blobgc_sweep", "dry_run": True}
 
 
+def last_dry_run(dag_id: str) -> str | None:
+    with pg_connect_from_env() as conn:
+        row = conn.execute("SELECT run_id FROM blobgc.run WHERE dag_id = %s AND dry_run ORDER BY started_at DESC "
+                           "LIMIT 1", (dag_id,)).fetchone()
+    return row[0] if row else None
+
+
+def sweep_from_plan_conf() -> dict:
+    """The real sweep executes exactly the plan its dry run made (README "Review, approve, undo")."""
+    plan = last_dry_run("blobgc_sweep")
+    return {"from_plan": plan} if plan else {}
+
+
 DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_mark", {}),
     ("blobgc_sweep", {"dry_run": True}),
-    ("blobgc_sweep", {}),
+    ("blobgc_sweep", sweep_from_plan_conf),
     ("blobgc_restore", restore_conf),
     ("blobgc_paste_expiry", {"dry_run": True}),
     ("blobgc_paste_expiry", {}),
@@ -361,6 +375,12 @@ def main() -> int:
     print(f"\nAirflow UI: http://localhost:{port}  (user admin, password admin)")
     print(f"Storage reclaim page: http://localhost:{port}/blobgc/reclaim  (in the UI: Browse > Storage reclaim; "
           f"JSON for BI tools at /blobgc/api/reclaim)")
+    with pg_connect_from_env() as conn:
+        row = conn.execute("SELECT run_id FROM blobgc.run WHERE dag_id = 'blobgc_sweep' AND NOT dry_run "
+                           "AND started_at >= %s ORDER BY started_at DESC LIMIT 1", (since,)).fetchone()
+    if row:
+        print(f"The real sweep's receipt (its plan, what it deleted, the manifest, Undo): "
+              f"http://localhost:{port}/blobgc/runs/blobgc_sweep/{quote(row[0], safe='')}")
     return 0 if ok else 1
 
 

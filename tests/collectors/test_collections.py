@@ -9,10 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from blobgc.collectors.mark import mark_collection
-from blobgc.collectors.reconcile import collection_shards, reconcile_shard
+from blobgc.collectors.reconcile import collection_shards, owe_planned_objects, reconcile_shard
 from blobgc.collectors.restore import cancel_owed_deletions, plan_restore, restore_collection_rows, restore_objects
 from blobgc.collectors.sweep import sweep_collection
 from blobgc.core.outbox import delete_owed_objects
+from blobgc.core.plans import fix_plan
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import NOW, backdate_object, object_keys
@@ -89,10 +90,12 @@ def test_a_second_application_is_marked_swept_reconciled_and_restored_exactly(co
     for key in orphans | unknown:
         backdate_object(bucket, key, 3 * 86400)
     rrun = new_run(conn, "blobgc_reconcile", f"reconcile-{schema}")
+    fix_plan(conn, rrun, None, 24)
     results = [reconcile_shard(conn, s3, rrun, shard, bucket="unused", cutoff=CUTOFF, collection=bound)
                for shard in collection_shards([bound])]
     assert sum(r.orphans for r in results) == 2 and sum(r.too_young for r in results) == 1
     assert sum(r.unknown_keys for r in results) == 2
+    owe_planned_objects(conn, rrun)  # the plan, once the gate let it through
     delete_owed_objects(conn, s3, rrun)
     assert object_keys(s3, bucket) == (every_key - gone) | {young} | unknown
 

@@ -9,7 +9,18 @@ from blobgc.collectors.reconcile import Shard, discover_shards, reconcile_shard
 from blobgc.core.clients import s3_client_from_env
 from blobgc.core.outbox import delete_owed_objects
 from tests.helpers import object_keys
-from tests.support.reconcile import age, contents_rows, floor_cutoff, new_run, owed, put, reconcile_all, sha
+from tests.support.reconcile import (
+    age,
+    contents_rows,
+    execute_plan,
+    floor_cutoff,
+    new_run,
+    owed,
+    planned,
+    put,
+    reconcile_all,
+    sha,
+)
 
 
 def findings(conn, kind: str) -> set[str]:
@@ -67,6 +78,7 @@ def test_an_object_uploaded_after_the_listing_started_is_never_deleted(conn, s3,
     run = new_run(conn)
     reconcile_shard(conn, listing, run, Shard("pastes/f", "app.content"), bucket=bucket, cutoff=floor_cutoff(1),
                     page_size=2)
+    execute_plan(conn, run)
     assert f"pastes/{late}" not in owed(conn)  # newer than the listing: never an orphan
     assert owed(conn) == {f"pastes/{h}" for h in old}
     assert f"pastes/{late}" in object_keys(s3, bucket)
@@ -148,7 +160,8 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
     cutoff = floor_cutoff()
     with pytest.raises(EndpointConnectionError):
         reconcile_shard(conn, failing, run, shard, bucket=bucket, cutoff=cutoff, page_size=2)
-    assert owed(conn) == set(orphans[:2])  # the first page only
+    assert planned(conn, run) == set(orphans[:2])  # the first page only
+    assert owed(conn) == set()  # nothing is owed before the whole plan passed the gate
     checkpoint = conn.execute("SELECT start_after, pages, done FROM blobgc.reconcile_checkpoint").fetchone()
     assert checkpoint == (orphans[1], 1, False)
 
@@ -159,6 +172,7 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
     result = reconcile_shard(conn, resumed, run, shard, bucket=bucket, cutoff=cutoff, page_size=2)
     assert starts[0] == orphans[1]  # resumed after the checkpoint, not from the start
     assert result.resumed_after == orphans[1]
+    execute_plan(conn, run)
     assert owed(conn) == set(orphans)
     logged = [k for (keys,) in conn.execute("SELECT keys FROM blobgc.deletion_log") for k in keys]
     assert sorted(logged) == orphans  # each orphan logged once

@@ -15,7 +15,7 @@ from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
 from tests.helpers import object_keys
 from tests.support.collections import add_upload, bound_shop, create_shop, new_schema
-from tests.support.reconcile import age, contents_rows, floor_cutoff, new_run, owed, put, sha
+from tests.support.reconcile import age, contents_rows, execute_plan, floor_cutoff, new_run, owed, planned, put, sha
 
 IMAGE = "3f" + "a" * 30
 
@@ -47,15 +47,21 @@ def findings(conn, run) -> set[tuple[str, str]]:
 
 
 def listing_run(conn, s3, bucket, run, **kwargs):
-    return [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=floor_cutoff(), **kwargs)
-            for shard in discover_shards(s3, bucket, conn=conn)]
+    """Every shard listed and planned, then the plan owed (as a run the gate let through)."""
+    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=floor_cutoff(), **kwargs)
+               for shard in discover_shards(s3, bucket, conn=conn)]
+    execute_plan(conn, run)
+    return results
 
 
 def inventory_run(conn, s3, bucket, run, reports, *, max_age_hours=48, prefixes=None, **kwargs):
+    """The bucket reconciled from its report and planned, then the plan owed (as a run the gate let through)."""
     report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, run.reference_time, max_age_hours)
     scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=prefixes)
-    return reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(),
-                                    max_age_hours=max_age_hours, **kwargs)
+    result = reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(),
+                                      max_age_hours=max_age_hours, **kwargs)
+    execute_plan(conn, run)
+    return result
 
 
 @pytest.mark.parametrize("file_format", ["csv", "parquet"])
@@ -120,7 +126,7 @@ def test_a_part_that_fails_midway_resumes_after_its_last_recorded_batch(conn, s3
     run = new_run(conn)
     with pytest.raises(ConnectionError):
         inventory_run(conn, s3, bucket, run, reports)
-    assert len(owed(conn)) == 4  # two batches recorded before the failure
+    assert len(planned(conn, run)) == 4 and owed(conn) == set()  # two batches planned before the failure
     result = inventory_run(conn, s3, bucket, run, reports)  # the retry
     assert result.orphans == 3 and owed(conn) == set(orphans)
     assert conn.execute("SELECT count(*) FROM (SELECT unnest(keys) FROM blobgc.deletion_log WHERE run_id = %s) k",

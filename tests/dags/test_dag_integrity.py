@@ -12,10 +12,12 @@ DAGS = ROOT / "dags"
 
 EXPECTED_TASKS = {
     "blobgc_mark": {"check_references", "remove_stale_page_usages", "mark_blobs", "publish_marks"},
-    "blobgc_sweep": {"retry_owed_objects", "plan_shards", "delete_unused_blobs", "delete_owed_objects", "report"},
+    "blobgc_sweep": {"plan_shards", "plan_deletions", "gate", "plan_parts", "retry_owed_objects", "delete_unused_blobs",
+                     "delete_owed_objects", "report"},
     "blobgc_crawler": {"stage_requests", "crawl_batch", "report"},
     "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},
-    "blobgc_reconcile": {"plan_shards", "reconcile_shard", "delete_owed_objects", "report"},
+    "blobgc_reconcile": {"plan_shards", "reconcile_shard", "gate", "owe_planned_objects", "delete_owed_objects",
+                         "report"},
     "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
     "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
     "blobgc_media_staging": {"plan_shards", "delete_stale_staging", "delete_owed_objects", "report"},

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -25,13 +23,6 @@ ARTIFACTS = Path(os.environ.get("BLOBGC_TEST_ARTIFACTS", ROOT / "test-artifacts"
 
 
 BASE = AIRFLOW_API
-
-
-CHROMIUM = "/usr/bin/chromium"
-
-
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 PAGE_DAG = "blobgc_page_test_"
@@ -81,20 +72,6 @@ def app_runs(stack):
             yield conn
         finally:
             conn.execute("DELETE FROM blobgc.run WHERE dag_id LIKE %s", (f"{PAGE_DAG}%{suffix}",))
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    if not shutil.which(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (scripts/install_chromium.sh)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        context = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS,
-            viewport={"width": 1280, "height": 1600})
-        yield context
-        context.close()
 
 
 def test_reclaim_endpoints_refuse_requests_without_an_airflow_user(stack):

@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta, timezone
 
-from blobgc.collectors.reconcile import discover_shards, reconcile_shard
+from blobgc.collectors.reconcile import discover_shards, owe_planned_objects, reconcile_shard
+from blobgc.core.plans import fix_plan
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import backdate_objects
 
@@ -28,9 +29,23 @@ def contents_rows(conn, *hashes: str) -> None:
 
 
 def new_run(conn, name: str = "r1", dry_run: bool = False) -> RunRef:
+    """A run of the reconcile DAG that makes its own plan (as its first task fixes)."""
     run = RunRef(DAG, name, dry_run)
     ensure_run(conn, run)
+    fix_plan(conn, run, None, 24)
     return run
+
+
+def execute_plan(conn, run: RunRef) -> None:
+    """What the DAG does once the gate let the run's plan through: owe its orphans to the outbox."""
+    if not run.dry_run:
+        owe_planned_objects(conn, run)
+
+
+def planned(conn, run: RunRef) -> set[str]:
+    """The keys in the run's plan."""
+    return {r[0] for r in conn.execute("SELECT unnest(keys) FROM blobgc.plan_item WHERE dag_id = %s AND run_id = %s",
+                                       (run.dag_id, run.run_id))}
 
 
 def age(s3, bucket: str, hours: float = 48, prefix: str = "") -> None:
@@ -44,9 +59,12 @@ def floor_cutoff(hours: float = 24) -> datetime:
 
 
 def reconcile_all(conn, s3, bucket, run, *, cutoff=None, page_size=1000):
+    """Every shard of the bucket planned, then the plan owed (as a run the gate let through)."""
     cutoff = cutoff or floor_cutoff()
-    return [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size)
-            for shard in discover_shards(s3, bucket, conn=conn)]
+    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size)
+               for shard in discover_shards(s3, bucket, conn=conn)]
+    execute_plan(conn, run)
+    return results
 
 
 def owed(conn) -> set[str]:

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from blobgc.collectors.sweep import sweep_unused_blobs
+from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part
+from blobgc.core.collections import bound_app_blob
 from blobgc.core.outbox import delete_owed_objects
+from blobgc.core.plans import PASSED, GateSettings, execution_report, fix_plan, judge, record_judgement
 from blobgc.core.references import discover_references
-from blobgc.core.runs import RunRef, ensure_run
+from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import NOW, make_blobs, set_unused_since
 
 
 def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1) -> tuple[RunRef, list[str], list[str]]:
-    """`n` blobs, the first `keep` referenced, the rest unused for 2 days; a sweep and its drain."""
+    """`n` blobs, the first `keep` referenced, the rest unused for 2 days; a sweep of them and its drain."""
     ids = make_blobs(conn, s3, bucket, n, prefix=f"{run_id}-")
     kept, garbage = ids[:keep], ids[keep:]
     with conn.transaction():
@@ -19,8 +21,14 @@ def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1) -> 
         for blob_id in kept:
             conn.execute("INSERT INTO app.blob_attachment (post_id, blob_id) VALUES (%s, %s)", (f"post-{run_id}", blob_id))
     set_unused_since(conn, garbage, "2 days")
-    run = RunRef("blobgc_sweep", run_id, False)
-    ensure_run(conn, run, NOW)
-    sweep_unused_blobs(conn, run, discover_references(conn), cutoff=NOW - timedelta(hours=24), bucket=bucket)
+    run = ensure_run(conn, RunRef("blobgc_sweep", run_id, False), NOW)
+    # as the DAG does it: plan (only this run's blobs: their ids share its prefix), the gate, execute, drain, report
+    fix_plan(conn, run, None, 24)
+    bound, refs, cutoff = bound_app_blob(bucket), discover_references(conn), NOW - timedelta(hours=24)
+    ids_range = (f"{run_id}-", f"{run_id}-~")
+    plan_collection(conn, run, bound, refs, cutoff=cutoff, key_range=ids_range)
+    record_judgement(conn, run, judge(conn, run, GateSettings()), PASSED)
+    execute_plan_part(conn, run, bound, refs, cutoff=cutoff, part=range_part(ids_range, bound.name))
     delete_owed_objects(conn, s3, run)
+    finish_run(conn, run, {"plan": execution_report(conn, run)})
     return run, kept, garbage

@@ -24,6 +24,7 @@ from psycopg import sql
 from blobgc.core.collections import APP_BLOB, BoundCollection, bound_app_blob
 from blobgc.core.key_space import KeyRange
 from blobgc.core.outbox import record_deletions
+from blobgc.core.plans import PlanItem, add_plan_item, pending_items, record_outcome, restart_plan_part
 from blobgc.core.references import (
     ReferenceSet,
     ReferencesChanged,
@@ -148,7 +149,7 @@ def sweep_collection(
         try:
             batch_result = sweep_batch(conn, run, bound, refs, found, part=part,
                                        params={"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
-                                               "batch_size": batch_size})
+                                               "batch_size": batch_size, "plan_ids": None})
         except ReferencesChanged:
             # a foreign key was added since the references were found: the batch rolled back; find them again
             log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
@@ -178,25 +179,34 @@ def sweep_collection(
 
 
 def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet,
-                found: SweepStatements, *, part: str, params: dict
+                found: SweepStatements, *, part: str, params: dict, item: PlanItem | None = None
                 ) -> tuple[list, list, list[str], list[str], int] | None:
     """One batch in one transaction: claim, delete what no reference points at, log and owe its objects.
 
     Returns (claimed rows, deleted rows, kept ids, owed keys, bytes), or None when no row is left.
-    Raises ReferencesChanged (the transaction rolled back) when a foreign key appeared meanwhile.
+    Raises ReferencesChanged (the transaction rolled back) when a foreign key appeared meanwhile. With a plan
+    `item` (whose ids `params["plan_ids"]` are), what became of each of its ids is recorded in the same
+    transaction: a row not claimed or not deleted is skipped, as referenced again since the plan was made.
     """
     with conn.transaction():
         batch = conn.execute(found.select_batch, params).fetchall()
         if not batch:
+            if item is not None:
+                record_outcome(conn, run, item, skipped_ids=item.row_ids or [])
             return None
         ids = [row[0] for row in batch]
+        changed: list[str] = []
+        if item is not None:  # a row whose objects are no longer the plan's is not the plan's to delete
+            ids, changed = unchanged_since_plan(conn, bound, found, item, ids)
         if run.dry_run:
             deleted = [(*row, None) for row in conn.execute(found.preview, {"ids": ids}).fetchall()]
+        elif not ids:
+            deleted = []
         else:
             deleted = delete_unreferenced(conn, found.delete, ids)
             check_unchanged(conn, refs)
         gone = {row[0] for row in deleted}
-        kept = [i for i in ids if i not in gone]
+        kept = [i for i in ids if i not in gone]  # referenced: marked used again
         if kept and not run.dry_run:
             conn.execute(found.forget_kept, {"ids": kept})
         keys: list[str] = []
@@ -208,9 +218,128 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
         record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes_out,
                          rows=[image for *_, image in deleted if image is not None], part=part)
         batch_bytes = sum(size or 0 for _, size, *_rest in deleted)
+        if item is not None:
+            record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(keys),
+                           skipped_ids=[i for i in item.row_ids or [] if i not in gone])
         if run.dry_run:
             add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part,
                        collection=bound.name)
         else:
             add_counts(conn, run, rows=len(deleted), collection=bound.name)
     return batch, deleted, kept, keys, batch_bytes
+
+
+def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found: SweepStatements, item: PlanItem,
+                         ids: list) -> tuple[list, list[str]]:
+    """Split claimed `ids` into those whose objects are still the plan item's and those whose key columns changed
+    since the plan was made (their keys would not be the plan's: they are skipped, never deleted)."""
+    planned = set(item.keys)
+    changed = [str(row_id) for row_id, _size, key_values in conn.execute(found.preview, {"ids": ids}).fetchall()
+               if not set(bound.keys_of(key_values)) <= planned]
+    if changed:
+        log.warning("%s: %d planned rows have other objects now than when the plan was made: skipped (%s)",
+                    bound.name, len(changed), changed[:5])
+    return [i for i in ids if str(i) not in changed], changed
+
+
+def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
+                    cutoff: datetime, batch_size: int = 1000, key_range: KeyRange = (None, None)) -> SweepResult:
+    """Plan the sweep of one id range of a collection: every row unused since before `cutoff` that no reference
+    points at now, a batch at a time, into `run`'s plan (`blobgc.core.plans`) with the objects it owns.
+
+    Nothing is locked or deleted. On a dry run this is also the run's report (counts and deletion log, as
+    before plans existed). A retried task plans its range again from scratch.
+    """
+    lo, hi = key_range
+    part = range_part(key_range, bound.name)
+    restart_dry_run_part(conn, run, part)
+    restart_plan_part(conn, run, part)
+    if not bound.collection.column_mode and not bound.mark_table_exists(conn):
+        log.info("collection %s has not been marked yet: nothing to plan", bound.name)
+        return SweepResult()
+    found = statements(bound, refs, dry_run=True)
+    result = SweepResult()
+    after: str | None = None
+    while True:
+        with conn.transaction():
+            batch = conn.execute(found.select_batch, {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
+                                                      "batch_size": batch_size, "plan_ids": None}).fetchall()
+            if not batch:
+                break
+            after = batch[-1][0]
+            rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
+            keys: list[str] = []
+            sizes: list[int | None] = []
+            for _id, size, key_values in rows:
+                owned = bound.keys_of(key_values)
+                keys += owned
+                sizes += [size] + [None] * (len(owned) - 1)
+            add_plan_item(conn, run, part=part, collection=bound.name, source=bound.collection.source,
+                          bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows])
+            batch_bytes = sum(size or 0 for _, size, _ in rows)
+            if run.dry_run:
+                record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys,
+                                 sizes=sizes, part=part)
+                add_counts(conn, run, rows=len(rows), objects=len(keys), bytes_=batch_bytes, part=part,
+                           collection=bound.name)
+        result.batches += 1
+        result.rows_deleted += len(rows)
+        result.objects_owed += len(keys)
+        result.bytes_owed += batch_bytes
+        result.kept_referenced += len(batch) - len(rows)
+        if len(result.sample_keys) < SAMPLE_KEYS:
+            result.sample_keys += keys[: SAMPLE_KEYS - len(result.sample_keys)]
+        if len(batch) < batch_size:
+            break
+    log.info("%s %s: the plan deletes %d rows, %d objects (%s); %d referenced rows are not in it; sample keys: %s",
+             bound.name, part, result.rows_deleted, result.objects_owed, human_bytes(result.bytes_owed),
+             result.kept_referenced, result.sample_keys[:5])
+    return result
+
+
+@dataclass
+class PlanExecution(SweepResult):
+    """What executing part of a plan did: rows deleted and objects owed, and the rows skipped as referenced again."""
+
+    items: int = 0
+    skipped_rereferenced: int = 0
+
+
+def execute_plan_part(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
+                      cutoff: datetime, part: str) -> PlanExecution:
+    """Delete exactly the rows of one part of `run`'s plan, an item (a batch) per transaction, re-checking each.
+
+    Each row is claimed again with FOR UPDATE SKIP LOCKED only if it is still unused since before `cutoff`, and
+    deleted only if no reference points at it (the DELETE re-checks); anything else in the item is skipped and
+    recorded. Rows outside the plan are never touched. A retry skips the items already dealt with.
+    """
+    result = PlanExecution()
+    if run.dry_run:
+        return result
+    found = statements(bound, refs, dry_run=False)
+    for item in pending_items(conn, run, part=part, collection=bound.name):
+        ids = item.row_ids or []
+        while True:
+            try:
+                done = sweep_batch(conn, run, bound, refs, found, part=part, item=item, params={
+                    "cutoff": cutoff, "after": None, "lo": None, "hi": None, "batch_size": max(len(ids), 1),
+                    "plan_ids": ids})
+                break
+            except ReferencesChanged:
+                log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
+                refs = discover_references(conn, refs.table, refs.extra_sql, refs.id_column)
+                found = statements(bound, refs, dry_run=False)
+        result.items += 1
+        if done is None:
+            result.skipped_rereferenced += len(ids)
+            continue
+        _batch, deleted, _kept, keys, batch_bytes = done
+        result.batches += 1
+        result.rows_deleted += len(deleted)
+        result.objects_owed += len(keys)
+        result.bytes_owed += batch_bytes
+        result.skipped_rereferenced += len(ids) - len(deleted)
+    log.info("%s %s: %d plan items; deleted %d rows, %d objects (%s) owed; %d rows skipped: referenced again, or "
+             "no longer unused since before the cut-off", bound.name, part, result.items, result.rows_deleted,
+             result.objects_owed, human_bytes(result.bytes_owed), result.skipped_rereferenced)
+    return result

@@ -61,3 +61,20 @@ def destructive_params(grace_name: str, grace_default: int, grace_description: s
 
     return deleting_params(**{grace_name: Param(grace_default, type="integer", minimum=grace_minimum,
                                                 description=grace_description)}, **extra)
+
+
+def plan_params() -> dict[str, Any]:
+    """The Params of a DAG whose real runs execute a plan behind the gate (`blobgc.core.plans`, `.dag_kit.gate`)."""
+    from airflow.sdk import Param
+
+    return {
+        "from_plan": Param(None, type=["null", "string"],
+                           description="Execute exactly the plan of this dry run (its run id) instead of planning "
+                                       "anew. Every item is re-checked; what is referenced again is skipped."),
+        "plan_max_age_hours": Param(24, type="number", exclusiveMinimum=0,
+                                    description="A plan older than this is refused (from_plan), and a plan that ages "
+                                                "past it while waiting for approval is never executed."),
+        "approval_timeout_hours": Param(12, type="number", exclusiveMinimum=0,
+                                        description="How long the gate waits for a person to approve an unusual "
+                                                    "deletion (Variable blobgc_gate) before it deletes nothing."),
+    }

@@ -9,7 +9,9 @@ once, without retries: no retry can fix a bad setting.
 
 The shared steps exist once and are called from every DAG that needs them:
 `drain_owed_objects` (delete what the outbox owes), `purge_owed_cache_keys` (unlink what Redis is
-owed) and `report_run` (finish the run's report, emit its metrics).
+owed), `report_run` (finish the run's report, emit its metrics), and for a DAG that plans before it deletes,
+`fix_run_plan` (its first task's choice of plan, Params `from_plan` and `plan_max_age_hours`) and
+`list_plan_parts` (the parts of the plan the gate let through, one delete task each).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.collections import s3_for_collections
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.params import S3_POOL
+from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.pools import check_dag_pools
 from blobgc.dag_kit.tables import check_required_tables
@@ -174,7 +177,7 @@ def purge_owed_cache_keys(task_id: str = "purge_cache_keys", **task_kwargs: Any)
 def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry_run: bool = False,
                extra_counters: tuple[str, ...] = (),
                summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] | None = None,
-               **parts: type[TaskResult]):
+               trigger_rule: str | None = None, **parts: type[TaskResult]):
     """The step that finishes the run's report: `parts` name the upstream results it gathers and their types.
 
     A mapped upstream's results (a list) are summed; `summaries` add figures a collector reads back from
@@ -184,6 +187,8 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
     ends skipped, so its `outlets` (an Asset that schedules a deleting DAG) are not emitted.
     """
     task_kwargs: dict[str, Any] = {"task_id": task_id}
+    if trigger_rule is not None:  # "none_failed": a plan the gate refused still gets its report
+        task_kwargs["trigger_rule"] = trigger_rule
     if outlets is not None:
         task_kwargs["outlets"] = outlets
 
@@ -198,6 +203,11 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
         for name, summarize in (summaries or {}).items():
             details[name] = summarize(step.conn, step.run)
         counters = {c: sum(int(d.get(c, 0)) for d in details.values() if isinstance(d, dict)) for c in extra_counters}
+        try:  # the dollars shown beside the bytes; a bad Variable is said, and never costs the run its report
+            sync_storage_prices(step.conn)
+        except ConfigurationError as error:
+            log.error("%s: the storage prices were not updated", error)
+            details["storage_prices_error"] = str(error)
         finished = finish_dag_run(step.conn, step.run, details, counters)
         if skip_dry_run and step.run.dry_run:
             from airflow.sdk.exceptions import AirflowSkipException
@@ -243,3 +253,40 @@ def emit_run_metrics(run: RunRef, totals: dict[str, Any], owed: int, parked: int
         stats.gauge(f"{prefix}.parked", parked)
     except Exception as error:  # noqa: BLE001 - metrics are best effort
         log.warning("could not emit blobgc metrics for %s: %s", run.dag_id, error)
+
+
+# ------------------------------------------------------------------------------------------ plans
+def fix_run_plan(step: Step) -> bool:
+    """Fix the plan this run executes (call from the DAG's first task); True when the run makes its own plan.
+
+    With Param `from_plan`, the named dry run's plan is checked (same DAG, finished, younger than
+    `plan_max_age_hours`, executed by no other run) and nothing is planned anew.
+    """
+    from blobgc.core.plans import fix_plan
+
+    plan = fix_plan(step.conn, step.run, step.params.get("from_plan"), float(step.params.get("plan_max_age_hours", 24)))
+    if plan != step.run.run_id:
+        log.info("this run executes the plan of dry run %s: it plans nothing itself", plan)
+    return plan == step.run.run_id
+
+
+def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
+    """The step after the gate: the parts of the run's plan, one delete task each (checks the gate let it through)."""
+
+    @gc_step(task_id=task_id, **task_kwargs)
+    def plan_parts(step: Step) -> list[dict]:
+        from blobgc.core.plans import plan_parts as parts
+
+        check_plan_goes_on(step)
+        return [{"collection": p["collection"], "part": p["part"]} for p in parts(step.conn, step.run)]
+
+    return plan_parts
+
+
+def check_plan_goes_on(step: Step) -> None:
+    """Before a run executes its plan: the gate let it through, and it has not expired meanwhile (else it fails
+    at once, deleting nothing)."""
+    from blobgc.core.plans import check_fresh, plan_of, require_go
+
+    require_go(step.conn, step.run)
+    check_fresh(step.conn, step.run, plan_of(step.conn, step.run), float(step.params.get("plan_max_age_hours", 24)))

@@ -22,20 +22,40 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    live database key by key (the report is hours old); a checkpoint per part. Either way, keys of no
    known layout (or no template of their collection) are reported, never deleted; rows whose object
    is missing are recorded, never "fixed".
-3. **delete_owed_objects** deletes the orphans; each layout's guard keeps a key a row claimed since,
-   and an object already gone since the inventory was taken is settled as absent.
-4. **report** records the totals; findings are in `blobgc.reconcile_finding`.
+   Orphans are not deleted here: they go into the run's **plan** (`blobgc.plan_item`).
+3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
+   threshold it waits for a person to approve or reject. A dry run never waits.
+4. **owe_planned_objects** hands the plan's orphans to the outbox, each with the cut-off it was judged
+   by; **delete_owed_objects** deletes them: each layout's guard keeps a key a row claimed since, an
+   object written again since the plan is kept, and one already gone is settled as absent.
+5. **report** records the totals and the plan's planned, deleted, skipped and failed counts (even
+   when the gate refused); findings are in `blobgc.reconcile_finding`.
 
-Seed 004's buckets are left to their own DAGs. `dry_run` reports and deletes nothing.
+With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG, finished, younger than
+`plan_max_age_hours`, executed by no other run) instead of listing, and the run deletes exactly it.
+Seed 004's buckets are left to their own DAGs. `dry_run` makes the plan and deletes nothing.
 """
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import reconcile
-from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
+from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, OwedFromPlan, Shard, ShardResult, inventory
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import execution_report
+from blobgc.dag_kit import (
+    S3_POOL,
+    Step,
+    check_plan_goes_on,
+    dag_defaults,
+    deletion_gate,
+    destructive_params,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 from blobgc.dag_kit.variables import blob_bucket, inventory_destinations
 
@@ -56,7 +76,8 @@ from blobgc.dag_kit.variables import blob_bucket, inventory_destinations
                                       description="source=inventory: a report older than this fails the run."),
         listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
                              description="source=list: cut each shard into up to this many key ranges, listed by "
-                                         "separate mapped tasks side by side.")),
+                                         "separate mapped tasks side by side."),
+        **plan_params()),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
     doc_md=__doc__,
 )
@@ -64,6 +85,8 @@ def blobgc_reconcile():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params, index_warnings=True)
+        if not fix_run_plan(step):
+            return []
         seeds = not step.params["collections"]
         if step.params["source"] == "inventory":
             reports = [inventory.locate(step.s3, inventory_destinations(), scope.bucket, step.run.reference_time,
@@ -97,11 +120,17 @@ def blobgc_reconcile():
             step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
             collection=one_collection(step.conn, part.collection) if part.collection else None)
 
+    @gc_step()
+    def owe_planned_objects(step: Step) -> OwedFromPlan:
+        check_plan_goes_on(step)
+        return reconcile.owe_planned_objects(step.conn, step.run)
+
     shards = reconcile_shard.expand(shard=plan_shards())
+    owed = owe_planned_objects()
     drained = drain_owed_objects()()
-    shards >> drained
-    report_run(summaries={"reconcile": reconcile.summarize}, shards=ShardResult, objects=DrainResult)(
-        shards=shards, objects=drained)
+    shards >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
+    report_run(trigger_rule="none_failed", summaries={"reconcile": reconcile.summarize, "plan": execution_report},
+               shards=ShardResult, owed=OwedFromPlan, objects=DrainResult)(shards=shards, owed=owed, objects=drained)
 
 
 dag = blobgc_reconcile()

@@ -5,35 +5,62 @@ Runs when `blobgc_mark` publishes the `blobgc_marked_blobs` Asset, and daily at 
 any case (so it can be backfilled, and owed deletions are retried even on a day the mark did not
 run). It can also be triggered by hand. Param `collections` picks some of the collections file's.
 
-1. **plan_shards** checks the collections file and every reference (anything wrong stops the run
-   here, naming the collection and the field; so does a missing pool) and cuts each collection's ids
-   into about `sweep_workers` ranges.
-2. **retry_owed_objects** then deletes any objects earlier runs still owe (S3 was down, a worker
-   died after the database commit, or DeleteObjects reported per-key `Errors`). Deletions parked
-   after failing again and again do not stop the sweep: the last drain reports them.
-3. **delete_unused_blobs** (mapped, one task per collection and range) deletes rows unused since
-   before the run's reference time minus the grace, a batch per transaction: claim with
-   `FOR UPDATE SKIP LOCKED`, delete what no reference points at (the DELETE re-checks every reference
-   itself), log and owe every key template's object. The grace is the larger of the collection's
-   `grace_hours` and this run's: a run may be more careful than the file, never less. A row whose
-   `created_at` is younger than the grace is never deleted.
-4. **delete_owed_objects** deletes the objects with DeleteObjects (up to 1000 keys a call), counting
-   only those that existed; failed keys stay owed.
-5. **report** records rows, objects and bytes in `blobgc.reclaim_daily` (and per collection in
-   `blobgc.reclaim_daily_by_collection`).
+A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 
-`dry_run` reports what would go (also in `blobgc.deletion_log`, `dry_run = true`) and changes
-nothing. Each task is idempotent: clear any one and re-run it.
+1. **plan_shards** checks the collections file and every reference (anything wrong stops the run
+   here, naming the collection and the field; so does a missing pool), fixes the run's plan, and cuts
+   each collection's ids into about `sweep_workers` ranges. With Param `from_plan` (a dry run's id) it
+   checks that plan instead (same DAG, finished, younger than `plan_max_age_hours`, executed by no
+   other run) and plans nothing.
+2. **plan_deletions** (mapped, one task per collection and range) lists the rows unused since before
+   the run's reference time minus the grace that no reference points at, with their objects and sizes,
+   into `blobgc.plan_item`. The grace is the larger of the collection's `grace_hours` and this run's: a
+   run may be more careful than the file, never less. A row whose `created_at` is younger than the
+   grace is never planned. Nothing is locked or deleted. On a dry run, this is the run's report.
+3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`). Past the
+   threshold, it waits for a person to approve or reject (Airflow's Required Actions); otherwise it
+   goes on at once. A dry run never waits.
+4. **plan_parts** lists the plan's parts, once the gate let the plan through; **retry_owed_objects**
+   deletes any objects earlier runs still owe.
+5. **delete_unused_blobs** (mapped, one task per part of the plan) deletes the plan's rows, a batch per
+   transaction: claim again with `FOR UPDATE SKIP LOCKED` only rows still unused since before the
+   cut-off, delete what no reference points at (the DELETE re-checks every reference itself), log and
+   owe every key template's object. A row referenced again since the plan is skipped and recorded.
+6. **delete_owed_objects** deletes the objects with DeleteObjects (up to 1000 keys a call), counting
+   only those that existed; failed keys stay owed.
+7. **report** records rows, objects and bytes in `blobgc.reclaim_daily` (and per collection), and
+   the plan's planned, deleted, skipped and failed counts. It runs even when the gate refused.
+
+`dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. Each
+task is idempotent: clear any one and re-run it. The receipt page `/blobgc/runs/blobgc_sweep/<run id>`
+shows the plan and what became of it.
 """
 from __future__ import annotations
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
 
-from blobgc.collectors.sweep import SweepResult, sweep_collection
+from blobgc.collectors.sweep import PlanExecution, SweepResult, execute_plan_part, plan_collection
 from blobgc.core.key_space import split_key_space
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import execution_report
+from blobgc.dag_kit import (
+    Step,
+    check_plan_goes_on,
+    dag_defaults,
+    deletion_gate,
+    destructive_params,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    list_plan_parts,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
+
+
+def grace_of(step: Step, bound) -> float:
+    return max(float(step.params["grace_hours"]), bound.collection.grace_hours)
 
 
 @dag(
@@ -45,31 +72,44 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
         "grace_hours", 24, "Rows unused for less than this many hours (or their collection's grace, if longer) "
         "are kept.", collections=collections_param(),
         sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
-                            description="Parallel delete_unused_blobs tasks per collection, each over an id range.")),
+                            description="Parallel plan_deletions tasks per collection, each over an id range."),
+        **plan_params()),
     tags=["blobgc", "seed-000", "sweep", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_sweep():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
+        collections = checked_collections(step.conn, step.params)
+        if not fix_run_plan(step):
+            return []
         return [{"collection": bound.name, "lo": lo, "hi": hi}
-                for bound in checked_collections(step.conn, step.params)
+                for bound in collections
                 for lo, hi in split_key_space(step.conn, step.params["sweep_workers"], bound.id_column)]
 
     @gc_step(map_index_template="{% set s = task.op_kwargs['shard'] %}{{ s['collection'] }} ids "
                                 "{{ s['lo'] or 'start' }} .. {{ s['hi'] or 'end' }}")
-    def delete_unused_blobs(step: Step, shard: dict) -> SweepResult:
+    def plan_deletions(step: Step, shard: dict) -> SweepResult:
         bound = one_collection(step.conn, shard["collection"])
-        grace = max(float(step.params["grace_hours"]), bound.collection.grace_hours)
-        return sweep_collection(step.conn, step.run, bound, references(step.conn, bound),
-                                cutoff=step.cutoff(hours=grace), batch_size=step.params["batch_size"],
-                                key_range=(shard["lo"], shard["hi"]))
+        return plan_collection(step.conn, step.run, bound, references(step.conn, bound),
+                               cutoff=step.cutoff(hours=grace_of(step, bound)), batch_size=step.params["batch_size"],
+                               key_range=(shard["lo"], shard["hi"]))
 
-    shards = plan_shards()
-    swept = delete_unused_blobs.expand(shard=shards)
+    @gc_step(map_index_template="{{ task.op_kwargs['part']['part'] }}")
+    def delete_unused_blobs(step: Step, part: dict) -> PlanExecution:
+        check_plan_goes_on(step)  # even a delete task retried or cleared alone, hours later
+        bound = one_collection(step.conn, part["collection"])
+        return execute_plan_part(step.conn, step.run, bound, references(step.conn, bound),
+                                 cutoff=step.cutoff(hours=grace_of(step, bound)), part=part["part"])
+
+    planned = plan_deletions.expand(shard=plan_shards())
+    gate = deletion_gate(trigger_rule="none_failed")
+    parts = list_plan_parts()()
+    swept = delete_unused_blobs.expand(part=parts)
     drained = drain_owed_objects()()
-    shards >> drain_owed_objects("retry_owed_objects", fail_on_parked=False)() >> swept >> drained
-    report_run(swept=SweepResult, objects=DrainResult)(swept=swept, objects=drained)
+    planned >> gate >> parts >> drain_owed_objects("retry_owed_objects", fail_on_parked=False)() >> swept >> drained
+    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, planned=SweepResult,
+               swept=PlanExecution, objects=DrainResult)(planned=planned, swept=swept, objects=drained)
 
 
 dag = blobgc_sweep()

@@ -7,13 +7,21 @@ page and back; a BI tool without one gets 401.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse
+import anyio
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from starlette.concurrency import iterate_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from blobgc.dag_kit.connections import pg_connection
+from blobgc.reclaim import undo
+from blobgc.reclaim.manifest import FORMATS, manifest_chunks, manifest_filename
 from blobgc.reclaim.page import render_page
+from blobgc.reclaim.receipt_page import render_not_found, render_receipt
+from blobgc.reclaim.receipts import collect_receipt, find_run, record_undo_request, undo_refusal
 from blobgc.reclaim.report import collect_report
 
 URL_PREFIX = "/blobgc"
@@ -47,6 +55,33 @@ Collection = Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_]{0,47}$",
                                          description="only this collection's daily figures (default: all)")]
 
 
+DagId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.\-]{1,250}$", description="the DAG of the run")]
+RunId = Annotated[str, Path(min_length=1, max_length=250, description="the run's id")]
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse over a sync generator that is closed however the response ends, a client that
+    hangs up mid-download included, so the generator's `finally` (closing its database connection) runs at
+    once rather than whenever the garbage collector gets to it."""
+
+    def __init__(self, source: Iterator[str], **kwargs: Any) -> None:
+        self.source = source
+        super().__init__(iterate_in_threadpool(source), **kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.source.close)
+
+
+def root_path(request: Request) -> str:
+    """Where this app is mounted (/blobgc), for links that work from any page of it."""
+    return request.scope.get("root_path", "").rstrip("/")
+
+
 def load_report(days: int, per_dag: int, collection: str | None = None) -> dict[str, Any]:
     with pg_connection() as conn:
         return collect_report(conn, days=days, per_dag=per_dag, collection=collection)
@@ -68,5 +103,61 @@ def create_app() -> FastAPI:
     def reclaim_json(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
                      collection: Collection = None) -> dict[str, Any]:
         return load_report(days, per_dag, collection)
+
+    @app.get("/runs/{dag_id}/{run_id:path}", response_class=HTMLResponse, summary="A run's receipt page")
+    def receipt_page(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> HTMLResponse:
+        with pg_connection() as conn:
+            receipt = collect_receipt(conn, dag_id, run_id)
+        if receipt is None:
+            return HTMLResponse(render_not_found(dag_id, run_id, root_path(request)), status_code=404,
+                                headers=NO_STORE)
+        may_undo = undo.may_trigger_restore(user)
+        token = undo.user_token(request)
+        paused = undo.restore_paused(token) if may_undo and receipt["undoable"] else None
+        states = undo.restore_run_states(token, [u["restore_run_id"] for u in receipt["restore"]["requests"][:5]])
+        return HTMLResponse(render_receipt(receipt, root=root_path(request), may_undo=may_undo, paused=paused,
+                                           restore_states=states), headers=NO_STORE)
+
+    @app.get("/api/runs/{dag_id}/{run_id:path}/manifest.{fmt}", summary="Every key of a run, as CSV or JSON",
+             response_class=StreamingResponse)
+    def manifest(user: AirflowUser, dag_id: DagId, run_id: RunId,
+                 fmt: Annotated[str, Path(pattern="^(csv|json)$")]) -> StreamingResponse:
+        with pg_connection() as conn:
+            if find_run(conn, dag_id, run_id) is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+        filename = manifest_filename(dag_id, run_id, fmt)
+        return ClosingStreamingResponse(
+            manifest_chunks(pg_connection, dag_id, run_id, fmt), media_type=FORMATS[fmt],
+            headers={**NO_STORE, "Content-Disposition": f'attachment; filename="{filename}"'})
+
+    @app.post("/api/runs/{dag_id}/{run_id:path}/undo", summary="Undo a run: trigger blobgc_restore for it, as you")
+    def undo_run(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
+        forged = undo.same_origin_refusal(request)
+        if forged:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forged)
+        if not undo.may_trigger_restore(user):
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                detail="you may not trigger blobgc_restore, so you may not undo a run")
+        with pg_connection() as conn:
+            if find_run(conn, dag_id, run_id) is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+            refusal = undo_refusal(conn, dag_id, run_id)
+            if refusal:
+                raise HTTPException(status.HTTP_409_CONFLICT, detail=refusal)
+            token = undo.user_token(request)
+            if not token:
+                raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="Not authenticated")
+            name = undo.user_name(user)
+            try:
+                triggered = undo.trigger_restore(token, dag_id, run_id, name)
+            except undo.Refusal as error:
+                raise HTTPException(error.status, detail=error.detail) from error
+            record_undo_request(conn, dag_id, run_id, triggered["dag_run_id"], name)
+        paused = undo.restore_paused(token)
+        message = ("blobgc_restore is paused: the restore waits until it is unpaused." if paused
+                   else "The receipt shows its outcome once it finishes.")
+        return JSONResponse({"restore_run_id": triggered["dag_run_id"], "state": triggered.get("state"),
+                             "dag_id": undo.RESTORE_DAG_ID, "paused": paused, "message": message},
+                            status_code=status.HTTP_201_CREATED, headers=NO_STORE)
 
     return app

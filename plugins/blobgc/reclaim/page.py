@@ -7,23 +7,37 @@ from __future__ import annotations
 import html
 from datetime import date, timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from blobgc.core.sizes import human_bytes
 
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
            "#882255", "#44AA99", "#999933", "#AA4499"]
 METRICS = {"bytes_reclaimed": "Bytes reclaimed", "objects_deleted": "Objects deleted"}
+USD_METRIC = "usd_per_month_saved"  # bytes reclaimed, priced at S3 Standard per GB-month (blobgc.storage_price)
+LABELS = {**METRICS, USD_METRIC: "Monthly storage cost saved (USD)"}
+GIB = 1 << 30
 
 
-def chart_series(report: dict[str, Any], metric: str) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
-    """The days of the window, the DAGs with real reclaim in it, and the value of each (day, DAG) segment."""
+def usd_text(amount: float) -> str:
+    """Dollars as a reader wants them: cents when there are any, else enough digits to show a small figure."""
+    if amount >= 0.01 or amount == 0:
+        return f"${amount:,.2f}"
+    return f"${amount:.6f}" if amount >= 0.000001 else "< $0.000001"
+
+
+def chart_series(report: dict[str, Any], metric: str) -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
+    """The days of the window, the DAGs with real reclaim in it, and the value of each (day, DAG) segment; in
+    dollars, the bytes reclaimed priced at the report's `usd_per_gb_month`."""
     start, end = date.fromisoformat(report["since"]), date.fromisoformat(report["until"])
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
-    values: dict[tuple[str, str], int] = {}
+    values: dict[tuple[str, str], float] = {}
+    price = float(report.get("usd_per_gb_month", 0.023))
     for r in report["daily"]:
-        if not r["dry_run"] and r[metric]:
-            values[(r["day"], r["dag_id"])] = values.get((r["day"], r["dag_id"]), 0) + int(r[metric])
+        figure = r["bytes_reclaimed"] if metric == USD_METRIC else r[metric]
+        if not r["dry_run"] and figure:
+            value = int(figure) / GIB * price if metric == USD_METRIC else int(figure)
+            values[(r["day"], r["dag_id"])] = values.get((r["day"], r["dag_id"]), 0) + value
     dags = sorted({dag for _, dag in values})
     return days, dags, values
 
@@ -36,10 +50,10 @@ def render_chart_svg(report: dict[str, Any], metric: str, colours: dict[str, str
     plot_w, plot_h = width - left - right, height - top - bottom
     totals = {d: sum(values.get((d, dag), 0) for dag in dags) for d in days}
     peak = max(totals.values(), default=0)
-    fmt = human_bytes if metric == "bytes_reclaimed" else (lambda n: f"{n:,}")
+    fmt = {"bytes_reclaimed": human_bytes, USD_METRIC: usd_text}.get(metric, lambda n: f"{n:,}")
     slot = plot_w / max(len(days), 1)
     bar_w = max(slot * 0.7, 1.0)
-    label = METRICS[metric]
+    label = LABELS[metric]
     out = [f'<svg class="chart" data-metric="{metric}" data-peak="{peak}" xmlns="http://www.w3.org/2000/svg" '
            f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
            f'aria-label="{html.escape(label)} per day">']
@@ -97,6 +111,8 @@ table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;paddi
 th{background:#f4f4f4} td.num{text-align:right} .run-id{font-family:monospace;font-size:12px}
 .older,.none,.hint{color:#666;font-size:12px} .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
+.unit-toggle{font-size:13px;margin:18px 0 0} .unit-toggle label{margin-right:14px;cursor:pointer} .unit-toggle h2{font-size:16px}
+.panel-usd{display:none} #unit-usd:checked ~ .panel-usd{display:block} #unit-usd:checked ~ .panel-bytes{display:none}
 """
 
 
@@ -117,8 +133,31 @@ def collection_filter(report: dict[str, Any]) -> str:
     return f'<p id="collections" class="hint">Collection: {" | ".join(links)}</p>'
 
 
+def recent_runs_table(report: dict[str, Any]) -> str:
+    """The most recent runs, newest first, each linking to its receipt (relative: /blobgc/runs/...)."""
+    price = float(report.get("usd_per_gb_month", 0.023))
+    out = ['<h2>Recent runs: each with its receipt</h2><table id="recent-runs"><tr><th>DAG</th><th>collections</th>'
+           "<th>started (UTC)</th><th>kind</th><th>rows</th><th>objects</th><th>bytes</th><th>saves / month</th>"
+           "<th>receipt</th></tr>"]
+    for r in report.get("recent_runs", []):
+        href = f"runs/{quote(r['dag_id'], safe='')}/{quote(r['run_id'], safe='')}"
+        out.append(f'<tr data-dag="{html.escape(r["dag_id"])}" data-run-id="{html.escape(r["run_id"])}" '
+                   f'data-dry-run="{str(r["dry_run"]).lower()}" data-bytes="{r["bytes_reclaimed"]}">'
+                   + _cells(r["dag_id"], ", ".join(r["collections"]) or "—", r["started_at"][:16].replace("T", " "),
+                            "dry run" if r["dry_run"] else "real")
+                   + f'<td class="num">{r["rows_deleted"]:,}</td><td class="num">{r["objects_deleted"]:,}</td>'
+                   f'<td class="num">{html.escape(human_bytes(r["bytes_reclaimed"]))}</td>'
+                   f'<td class="num">{html.escape(usd_text(r["bytes_reclaimed"] / GIB * price))}</td>'
+                   f'<td><a class="receipt" href="{html.escape(href)}">receipt</a></td></tr>')
+    if not report.get("recent_runs"):
+        out.append('<tr><td colspan="9" class="none">no runs yet</td></tr>')
+    out.append("</table>")
+    return "".join(out)
+
+
 def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> str:
-    """The whole page: two charts with a legend, the daily table, last runs, owed deletions, reconcile findings."""
+    """The whole page: the charts (bytes or dollars, and objects) with a legend, the daily table, last runs, recent
+    runs with their receipts, owed deletions, reconcile findings."""
     colours = dag_colours(report)
     legend = "".join(f'<span><i style="background:{c}"></i>{html.escape(d)}</span>' for d, c in colours.items())
     parts = [
@@ -131,9 +170,19 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         f'<div class="legend">{legend}</div>',
         collection_filter(report),
     ]
-    for metric, label in METRICS.items():
-        parts.append(f"<h2>{label} per day</h2>")
-        parts.append(render_chart_svg(report, metric, colours))
+    price = float(report.get("usd_per_gb_month", 0.023))
+    parts.append(  # a toggle of CSS only: the page has no script
+        '<div id="reclaim-charts" class="unit-toggle">Show reclaim in: '
+        '<input type="radio" name="unit" id="unit-bytes" checked><label for="unit-bytes">bytes</label> '
+        '<input type="radio" name="unit" id="unit-usd"><label for="unit-usd">dollars (monthly cost saved)</label>'
+        f'<div class="panel-bytes"><h2>{METRICS["bytes_reclaimed"]} per day</h2>'
+        f'{render_chart_svg(report, "bytes_reclaimed", colours)}</div>'
+        f'<div class="panel-usd"><h2>{LABELS[USD_METRIC]} per day</h2>'
+        f'<p class="hint">Bytes reclaimed × ${price:g} per GB-month (S3 Standard in blobgc.storage_price, from '
+        f'Variable blobgc_storage_prices): what the deleted objects would cost each month had they stayed.</p>'
+        f'{render_chart_svg(report, USD_METRIC, colours)}</div></div>')
+    parts.append(f"<h2>{METRICS['objects_deleted']} per day</h2>")
+    parts.append(render_chart_svg(report, "objects_deleted", colours))
     view = (f"blobgc.reclaim_daily_by_collection, collection {html.escape(report['collection'])}"
             if report.get("collection") else "blobgc.reclaim_daily")
     parts.append(f'<h2>Per day, DAG and dry-run flag ({view})</h2><table id="daily"><tr><th>day</th>'
@@ -157,6 +206,8 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         parts.append(f'<tr data-dag="{html.escape(e["dag_id"])}"><td>{html.escape(e["dag_id"])}</td>'
                      f'{_run_cell(e["real"])}{_run_cell(e["dry_run"])}</tr>')
     parts.append("</table>")
+
+    parts.append(recent_runs_table(report))
 
     parts.append('<h2>Owed deletions still outstanding</h2>')
     if report["owed"]:

@@ -1,7 +1,8 @@
 """The storage reclaim report, as data: what `blobgc.reclaim.page` draws and `/blobgc/api/reclaim` serves.
 
 Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last real and dry runs of each DAG, the owed deletions (parked
-ones too) and the latest reconcile's findings, in one read-only pass.
+ones too), the latest reconcile's findings, the most recent runs and the S3 Standard price (blobgc.storage_price),
+in one read-only pass.
 """
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import psycopg
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
+from blobgc.reclaim.receipts import storage_price
 
 
 def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5, sample: int = 20,
-                   today: date | None = None, collection: str | None = None) -> dict[str, Any]:
+                   today: date | None = None, collection: str | None = None, recent: int = 30) -> dict[str, Any]:
     """Everything the page shows, as JSON-able data: daily reclaim (of one collection, when given), last runs,
-    owed deletions, reconcile findings, and the collections the daily figures can be filtered by."""
+    the most recent runs (each with a receipt), owed deletions, reconcile findings, the collections the daily
+    figures can be filtered by, and the storage price their dollars are reckoned at."""
     if not 1 <= days <= 366:
         raise ValueError(f"days must be between 1 and 366, got {days}")
     if not 1 <= per_dag <= 50:
@@ -36,6 +39,9 @@ def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5
         runs = cur.execute(queries.load("report/select_last_runs"), {"per_dag": per_dag}).fetchall()
         owed = cur.execute(queries.load("report/select_owed_deletions")).fetchall()
         findings = cur.execute(queries.load("report/select_reconcile_findings"), {"sample": sample}).fetchall()
+        recent_runs = cur.execute(queries.load("report/select_runs"),
+                                  {"dag_id": None, "run_id": None, "limit": recent}).fetchall()
+        price = storage_price(conn)
     return {
         "since": since.isoformat(),
         "until": today.isoformat(),
@@ -44,6 +50,8 @@ def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5
         "collections": collections,
         "daily": [_jsonable(r) for r in daily],
         "last_runs": _pair_runs(runs),
+        "recent_runs": [_jsonable(r) for r in recent_runs],
+        "usd_per_gb_month": price,
         "owed": [_jsonable(r) for r in owed],
         "reconcile": {
             "run_id": findings[0]["run_id"] if findings else None,

@@ -60,6 +60,7 @@ from blobgc.core.inventory import (
 )
 from blobgc.core.objects import object_stats
 from blobgc.core.outbox import record_in_batches
+from blobgc.core.plans import add_plan_item
 from blobgc.core.runs import RunRef, add_counts
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ def source_of(owner: KeySource | BoundCollection) -> str:
 
 def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, found: Part, result: ShardResult,
                  cutoff: datetime) -> None:
-    """Owe a batch's orphans and record its findings (inside the batch's transaction); add them to `result`.
+    """Plan a batch's orphans and record its findings (inside the batch's transaction); add them to `result`.
 
     The orphans are judged by the report's LastModified, hours old: their log rows carry the cut-off, and the drain
     asks the store about each just before deleting it (`blobgc.core.outbox`): an object written again since is
@@ -228,10 +229,14 @@ def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str,
         owner = scope.owner(key)[0]  # type: ignore[index]
         by_owner.setdefault(source_of(owner), (owner, []))[1].append((key, size))
     for source, (owner, orphans) in by_owner.items():
-        record_in_batches(conn, run, source=source, bucket=scope.bucket, keys=[k for k, _ in orphans],
-                          sizes=[s for _, s in orphans], batch_size=PAGE, part=name, modified_before=cutoff)
+        collection = owner.name if isinstance(owner, BoundCollection) else None
+        for start in range(0, len(orphans), PAGE):  # planned; owed after the gate, checked again by the drain
+            chunk = orphans[start:start + PAGE]
+            add_plan_item(conn, run, part=name, collection=collection, source=source, bucket=scope.bucket,
+                          keys=[k for k, _ in chunk], sizes=[s for _, s in chunk], modified_before=cutoff)
         if run.dry_run:  # a dry run's part belongs to one collection
-            collection = owner.name if isinstance(owner, BoundCollection) else None
+            record_in_batches(conn, run, source=source, bucket=scope.bucket, keys=[k for k, _ in orphans],
+                              sizes=[s for _, s in orphans], batch_size=PAGE, part=name, modified_before=cutoff)
             add_counts(conn, run, objects=len(orphans), bytes_=sum(s for _, s in orphans),
                        part=f"{name} {collection}" if collection else name, collection=collection)
     for kind, keys_found in (("unknown_key", found.unknown), ("missing_object", found.missing)):

@@ -1,0 +1,369 @@
+"""Plans: exactly what a run deletes, made before anything is deleted, judged by the gate, then executed.
+
+A *plan* is a run's list of what it would delete, item by item (`blobgc.plan_item`: a batch of rows and the
+objects they own, or of orphan objects, with sizes), kept under the id of the run that made it.
+
+- A **dry run** makes its plan and stops. Its plan stays, so that a later real run can execute it.
+- A **real run** first fixes which plan it executes (`fix_plan`): its own, made by its planning tasks, or
+  the dry run named by Param `from_plan`. Such a plan must be a dry run of the same DAG, finished, made
+  less than `plan_max_age_hours` ago, and not executed by any other run.
+- **The gate** (`judge`) compares the plan's objects and bytes with the trailing median of the DAG's
+  (and each collection's) last real runs. Past `ratio` times the median, and past the floors, the run
+  waits for a person (`blobgc.dag_kit.gate`). Every judgement and decision is kept in
+  `blobgc.gate_decision`, with who decided.
+- **Execution** deals with each item once (`blobgc.plan_outcome`, in the transaction that does the work,
+  so that a retry skips what is done). It re-checks every item at delete time. An item referenced again
+  since the plan was made is skipped and recorded, never deleted, and nothing outside the plan is
+  touched. `require_go` refuses to execute anything the gate has not let through, even from a task an
+  operator cleared by hand.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from blobgc.core import queries
+from blobgc.core.runs import RunRef
+from blobgc.core.settings import ConfigurationError
+from blobgc.core.sizes import human_bytes
+
+log = logging.getLogger(__name__)
+
+PLAN_MAX_AGE_HOURS = 24
+GATE_DEFAULTS: dict[str, float] = {"ratio": 5, "min_objects": 1000, "min_bytes": 1073741824, "history": 10}
+PASSED, WAITING, APPROVED, REJECTED, TIMED_OUT = "passed", "waiting", "approved", "rejected", "timed_out"
+GOES_ON = (PASSED, APPROVED)
+PAGE = 100  # plan items read at a time
+
+
+class PlanRefused(ConfigurationError):
+    """A plan that may not be executed (missing, not a dry run, expired, executed already): no retry helps."""
+
+
+class GateClosed(ConfigurationError):
+    """The gate has not let this run's plan through (waiting, rejected or timed out): nothing may be deleted."""
+
+
+# --------------------------------------------------------------------------------------------- the plan
+def fix_plan(conn: psycopg.Connection, run: RunRef, from_plan: str | None, max_age_hours: float) -> str:
+    """Fix the plan `run` executes (its first task): its own (`from_plan` None), or a checked dry run's.
+
+    Raises PlanRefused, naming the plan and what is wrong with it. A retry gives the same answer.
+    """
+    if from_plan:
+        if run.dry_run:
+            raise PlanRefused(f"Param from_plan ({from_plan!r}) executes a plan: it cannot be combined with dry_run")
+        check_plan(conn, run, from_plan, max_age_hours)
+    wanted = from_plan or run.run_id
+    with conn.transaction():
+        row = conn.execute(queries.load("plans/set_run_plan"),
+                           {"dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": wanted}).fetchone()
+    if row is None:
+        raise LookupError(f"no blobgc.run row for {run.dag_id}/{run.run_id}")
+    if row[0] != wanted:
+        raise PlanRefused(f"run {run.run_id} of {run.dag_id} already executes the plan of {row[0]!r}; it cannot "
+                          f"switch to {wanted!r}: trigger a new run")
+    return wanted
+
+
+def check_plan(conn: psycopg.Connection, run: RunRef, plan_run_id: str, max_age_hours: float) -> None:
+    """Refuse a plan that is not a finished dry run of this DAG, is older than `max_age_hours`, or that another
+    run has executed (or is executing)."""
+    row = conn.execute(queries.load("plans/select_plan_run"), {"dag_id": run.dag_id, "run_id": plan_run_id}).fetchone()
+    if row is None:
+        raise PlanRefused(f"from_plan: no run {plan_run_id!r} of {run.dag_id} (the plan must be a dry run of the "
+                          "same DAG)")
+    dry_run, finished_at, _plan, planned_at, has_items, now = row
+    if not dry_run:
+        raise PlanRefused(f"from_plan: run {plan_run_id!r} of {run.dag_id} was a real run, not a dry run: only a dry "
+                          "run's plan can be executed")
+    if finished_at is None:
+        raise PlanRefused(f"from_plan: dry run {plan_run_id!r} of {run.dag_id} has not finished: its plan may be "
+                          "incomplete. Wait for it to end (its report task), then trigger again")
+    age = now - planned_at
+    if age > timedelta(hours=max_age_hours):
+        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was made at {planned_at.isoformat()}, "
+                          f"{age.total_seconds() / 3600:.1f} h ago; plans expire after plan_max_age_hours = "
+                          f"{max_age_hours:g} h. Make a new dry run and execute that")
+    others = conn.execute(queries.load("plans/select_plan_executions"), {
+        "dag_id": run.dag_id, "plan_run_id": plan_run_id, "run_id": run.run_id}).fetchall()
+    refused = [(r, d) for r, d in others if d in (REJECTED, TIMED_OUT)]
+    if refused:
+        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was {refused[0][1].replace('_', ' ')} at the gate of "
+                          f"run {refused[0][0]!r} of {run.dag_id}; a refused plan is never executed. Make a new dry run")
+    if others:
+        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was already executed by run {others[0][0]!r} of "
+                          f"{run.dag_id}; a plan is executed once. Make a new dry run")
+    if not has_items:
+        log.info("the plan of %s is empty: this run will delete nothing", plan_run_id)
+
+
+def plan_of(conn: psycopg.Connection, run: RunRef) -> str:
+    """The plan `run` executes (fixed by its first task)."""
+    row = conn.execute(queries.load("plans/select_run_plan"), {"dag_id": run.dag_id, "run_id": run.run_id}).fetchone()
+    if row is None or row[0] is None:
+        raise PlanRefused(f"run {run.run_id} of {run.dag_id} has no plan: its first task fixes one (clear the "
+                          "whole run, not only this task)")
+    return row[0]
+
+
+def check_fresh(conn: psycopg.Connection, run: RunRef, plan_run_id: str, max_age_hours: float) -> None:
+    """Refuse to execute a plan that expired meanwhile (a long wait at the gate, a late retry)."""
+    row = conn.execute(queries.load("plans/select_plan_run"), {"dag_id": run.dag_id, "run_id": plan_run_id}).fetchone()
+    if row is None:
+        raise PlanRefused(f"the plan of {plan_run_id!r} is gone")
+    planned_at, now = row[3], row[5]
+    if now - planned_at > timedelta(hours=max_age_hours):
+        raise PlanRefused(f"the plan of {plan_run_id!r}, made at {planned_at.isoformat()}, expired (plans expire "
+                          f"after plan_max_age_hours = {max_age_hours:g} h) before it was executed: nothing was "
+                          "deleted. Make a new plan (a dry run, or a new real run)")
+
+
+def restart_plan_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
+    """Take back what an earlier attempt of this planning task planned in `part` (a retry plans its part once).
+
+    Refused (PlanRefused) once the plan was judged by the gate, partly executed, or is executed by another run:
+    planning again would change a plan someone approved, or one whose execution is on record."""
+    blocker = conn.execute(queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
+                           ).fetchone()
+    if blocker is not None:
+        raise PlanRefused(f"run {run.run_id} of {run.dag_id} may not plan again: {blocker[0]}. Planning again would "
+                          "change a plan that was judged or executed; trigger a new run instead")
+    with conn.transaction():
+        conn.execute(queries.load("plans/delete_plan_part"), {"dag_id": run.dag_id, "run_id": run.run_id,
+                                                              "part": part})
+
+
+def add_plan_item(conn: psycopg.Connection, run: RunRef, *, part: str, collection: str | None, source: str,
+                  bucket: str, keys: Sequence[str], sizes: Sequence[int | None],
+                  row_ids: Sequence[str] | None = None, modified_before: datetime | None = None) -> None:
+    """Add one item to `run`'s plan (call in the transaction that found it)."""
+    if not keys and not row_ids:
+        return
+    conn.execute(queries.load("plans/insert_plan_item"), {
+        "dag_id": run.dag_id, "run_id": run.run_id, "part": part, "collection": collection, "source": source,
+        "bucket": bucket, "row_ids": list(row_ids) if row_ids is not None else None, "keys": list(keys),
+        "sizes": list(sizes), "bytes": sum(s or 0 for s in sizes), "modified_before": modified_before})
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    id: int
+    collection: str | None
+    source: str
+    bucket: str
+    row_ids: list[str] | None
+    keys: list[str]
+    sizes: list[int | None]
+    modified_before: datetime | None
+
+
+def plan_parts(conn: psycopg.Connection, run: RunRef) -> list[dict[str, Any]]:
+    """The parts of the plan `run` executes, `{"collection", "part", "items"}` each: one execution task each."""
+    plan_run_id = plan_of(conn, run)
+    return [{"collection": c, "part": p, "items": n} for c, p, n in conn.execute(
+        queries.load("plans/select_plan_parts"), {"dag_id": run.dag_id, "plan_run_id": plan_run_id}).fetchall()]
+
+
+def pending_items(conn: psycopg.Connection, run: RunRef, *, part: str, collection: str | None) -> Iterator[PlanItem]:
+    """The items of one part of `run`'s plan that it has not dealt with yet, in order.
+
+    Read a page at a time outside any transaction the caller holds open long; each item is then dealt with in
+    its own transaction (`record_outcome`)."""
+    plan_run_id = plan_of(conn, run)
+    after = 0
+    while True:
+        rows = conn.execute(queries.load("plans/select_pending_items"), {
+            "dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": plan_run_id, "part": part,
+            "collection": collection, "after": after, "limit": PAGE}).fetchall()
+        if not rows:
+            return
+        for row in rows:
+            yield PlanItem(*row)
+        after = rows[-1][0]
+
+
+def record_outcome(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, rows_deleted: int = 0,
+                   objects_owed: int = 0, skipped_ids: Sequence[str] = (), skipped_keys: Sequence[str] = ()) -> None:
+    """What `run` did with `item`; call in the transaction that did it."""
+    conn.execute(queries.load("plans/insert_plan_outcome"), {
+        "dag_id": run.dag_id, "run_id": run.run_id, "item_id": item.id, "rows_deleted": rows_deleted,
+        "objects_owed": objects_owed, "skipped_ids": list(skipped_ids), "skipped_keys": list(skipped_keys)})
+
+
+@dataclass(frozen=True)
+class PlanSize:
+    rows: int = 0
+    objects: int = 0
+    bytes: int = 0
+
+
+def plan_size(conn: psycopg.Connection, dag_id: str, plan_run_id: str) -> tuple[PlanSize, dict[str, PlanSize]]:
+    """A plan's size, whole and per collection."""
+    whole, per = PlanSize(), {}
+    for is_whole, collection, rows, objects, bytes_ in conn.execute(
+            queries.load("plans/summarize_plan"), {"dag_id": dag_id, "plan_run_id": plan_run_id}).fetchall():
+        size = PlanSize(int(rows or 0), int(objects or 0), int(bytes_ or 0))
+        if is_whole:
+            whole = size
+        elif collection is not None:
+            per[collection] = size
+    return whole, per
+
+
+def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
+    """Planned, deleted, skipped as referenced again, and failed: the report of a run that executed a plan."""
+    try:
+        plan_run_id = plan_of(conn, run)
+    except PlanRefused:
+        return {}
+    planned, _ = plan_size(conn, run.dag_id, plan_run_id)
+    report: dict[str, Any] = {"plan": plan_run_id, "planned_rows": planned.rows, "planned_objects": planned.objects,
+                              "planned_bytes": planned.bytes}
+    decision = gate_decision(conn, run)
+    if decision is not None:
+        report["gate"] = {k: v for k, v in decision.items() if k != "judgement"}
+    if run.dry_run:
+        return report
+    items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = conn.execute(
+        queries.load("plans/summarize_execution"), {"dag_id": run.dag_id, "run_id": run.run_id}).fetchone()
+    report.update({"items_done": int(items_done), "skipped_rereferenced_rows": int(rows_skipped),
+                   "skipped_rereferenced_objects": int(objects_skipped) + int(objects_kept),
+                   "failed_objects": int(objects_failed)})
+    return report
+
+
+# --------------------------------------------------------------------------------------------- the gate
+@dataclass(frozen=True)
+class GateSettings:
+    """Variable blobgc_gate: wait past `ratio` x the median of the last `history` real runs, and past the floors."""
+
+    ratio: float = 5
+    min_objects: int = 1000
+    min_bytes: int = 1073741824
+    history: int = 10
+
+    @classmethod
+    def parse(cls, raw: Any) -> GateSettings:
+        if raw in (None, ""):
+            return cls()
+        if not isinstance(raw, dict):
+            raise ConfigurationError('Variable blobgc_gate must be a JSON object such as {"ratio": 5, "min_objects": '
+                                     f'1000, "min_bytes": 1073741824, "history": 10}}, not {raw!r}')
+        unknown = set(raw) - set(GATE_DEFAULTS)
+        if unknown:
+            raise ConfigurationError(f"Variable blobgc_gate: unknown field(s) {sorted(unknown)}; it takes "
+                                     f"{sorted(GATE_DEFAULTS)}")
+        values: dict[str, Any] = {}
+        for name, default in GATE_DEFAULTS.items():
+            value = raw.get(name, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigurationError(f"Variable blobgc_gate: {name} must be a number, not {value!r}")
+            if value < 0 or (name in ("ratio", "history") and value <= 0):
+                raise ConfigurationError(f"Variable blobgc_gate: {name} must be {'> 0' if name in ('ratio', 'history') else '>= 0'}, "
+                                         f"not {value!r}")
+            if name != "ratio" and value != int(value):
+                raise ConfigurationError(f"Variable blobgc_gate: {name} must be a whole number, not {value!r}")
+            values[name] = float(value) if name == "ratio" else int(value)
+        return cls(**values)
+
+
+@dataclass
+class Judgement:
+    """The gate's comparison of a plan with the history, whole (`scope` "(all)") and per collection."""
+
+    plan_run_id: str
+    planned: PlanSize
+    settings: GateSettings
+    scopes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def needs_approval(self) -> bool:
+        return any(s["exceeds"] for s in self.scopes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan_run_id": self.plan_run_id, "settings": self.settings.__dict__, "scopes": self.scopes,
+                "needs_approval": self.needs_approval}
+
+    def summary(self) -> str:
+        """One paragraph per scope, for the approval's body and the logs."""
+        lines = []
+        for s in self.scopes:
+            median = (f"the median of the last {s['history_runs']} real runs is {s['median_objects']:,.0f} objects, "
+                      f"{human_bytes(int(s['median_bytes']))}" if s["history_runs"] else "there is no history yet")
+            lines.append(f"- **{s['scope']}**: {s['planned_objects']:,} objects, {human_bytes(s['planned_bytes'])}; "
+                         f"{median}; the threshold is {s['threshold_objects']:,.0f} objects or "
+                         f"{human_bytes(int(s['threshold_bytes']))}"
+                         + (" — **exceeded**" if s["exceeds"] else ""))
+        return "\n".join(lines)
+
+
+def judge(conn: psycopg.Connection, run: RunRef, settings: GateSettings) -> Judgement:
+    """Compare `run`'s plan with the trailing median of the DAG's (and each collection's) last real runs.
+
+    A scope exceeds when its planned objects pass max(ratio x median, min_objects), or its bytes pass
+    max(ratio x median, min_bytes). With no history the median is 0: the floors decide.
+    """
+    plan_run_id = plan_of(conn, run)
+    whole, per = plan_size(conn, run.dag_id, plan_run_id)
+    history = {c: (n, mo or 0, mb or 0) for c, n, mo, mb in conn.execute(queries.load("plans/select_history"), {
+        "dag_id": run.dag_id, "run_id": run.run_id, "history": settings.history, "collections": sorted(per)})}
+    judgement = Judgement(plan_run_id, whole, settings)
+    for scope, size in [("(all)", whole), *sorted(per.items())]:
+        runs, median_objects, median_bytes = history.get(None if scope == "(all)" else scope, (0, 0, 0))
+        threshold_objects = max(settings.ratio * float(median_objects), settings.min_objects)
+        threshold_bytes = max(settings.ratio * float(median_bytes), settings.min_bytes)
+        judgement.scopes.append({
+            "scope": scope, "planned_objects": size.objects, "planned_bytes": size.bytes, "planned_rows": size.rows,
+            "history_runs": int(runs), "median_objects": float(median_objects), "median_bytes": float(median_bytes),
+            "threshold_objects": threshold_objects, "threshold_bytes": threshold_bytes,
+            "exceeds": size.objects > threshold_objects or size.bytes > threshold_bytes})
+    return judgement
+
+
+def record_judgement(conn: psycopg.Connection, run: RunRef, judgement: Judgement, decision: str,
+                     decided_by: str | None = None) -> None:
+    with conn.transaction():
+        conn.execute(queries.load("plans/upsert_gate_decision"), {
+            "dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": judgement.plan_run_id,
+            "planned_rows": judgement.planned.rows, "planned_objects": judgement.planned.objects,
+            "planned_bytes": judgement.planned.bytes, "judgement": json.dumps(judgement.to_json()),
+            "decision": decision, "decided_by": decided_by})
+
+
+def record_decision(conn: psycopg.Connection, run: RunRef, decision: str, decided_by: str | None) -> None:
+    """A person's answer to a waiting gate (or the timeout's: `decided_by` None)."""
+    with conn.transaction():
+        row = conn.execute(queries.load("plans/update_gate_decision"), {
+            "dag_id": run.dag_id, "run_id": run.run_id, "decision": decision, "decided_by": decided_by}).fetchone()
+    if row is None:
+        raise LookupError(f"run {run.run_id} of {run.dag_id} has no gate judgement to decide")
+    log.info("the gate of %s/%s: %s%s", run.dag_id, run.run_id, decision, f" by {decided_by}" if decided_by else "")
+
+
+def gate_decision(conn: psycopg.Connection, run: RunRef) -> dict[str, Any] | None:
+    row = conn.execute(queries.load("plans/select_gate_decision"), {"dag_id": run.dag_id, "run_id": run.run_id}
+                       ).fetchone()
+    if row is None:
+        return None
+    names = ("decision", "decided_by", "decided_at", "judgement", "planned_rows", "planned_objects", "planned_bytes")
+    return dict(zip(names, row, strict=True))
+
+
+def require_go(conn: psycopg.Connection, run: RunRef) -> None:
+    """Refuse to execute a real run's plan unless its gate passed it or a person approved it."""
+    if run.dry_run:
+        return
+    decision = gate_decision(conn, run)
+    if decision is None or decision["decision"] not in GOES_ON:
+        state = decision["decision"] if decision else "not judged yet"
+        who = f" by {decision['decided_by']}" if decision and decision["decided_by"] else ""
+        raise GateClosed(f"the gate has not let run {run.run_id} of {run.dag_id} through ({state}{who}): nothing is "
+                         "deleted. Its gate task decides; a rejected or timed-out plan is never executed")

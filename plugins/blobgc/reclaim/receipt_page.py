@@ -1,0 +1,246 @@
+"""A run's receipt page, drawn on the server in the reclaim page's look: presentation of
+`blobgc.reclaim.receipts.collect_receipt` only. The one script is the "Undo this run" button's fetch."""
+from __future__ import annotations
+
+import html
+from typing import Any
+from urllib.parse import quote
+
+from blobgc.core.sizes import human_bytes
+from blobgc.reclaim.page import PAGE_CSS, usd_text
+from blobgc.reclaim.undo import UNDO_HEADER, UNDO_HEADER_VALUE
+
+RECEIPT_CSS = """
+.figures td.num{min-width:90px} .status-deleted{color:#006d2c} .status-owed,.status-unsettled{color:#b35806}
+.status-planned{color:#0072B2} button#undo-button{font-size:14px;padding:6px 14px;background:#b30000;color:#fff;
+border:0;border-radius:4px;cursor:pointer} button#undo-button[disabled]{background:#999}
+.note{background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px;font-size:13px;display:inline-block}
+"""
+
+
+def e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def when(ts: str | None) -> str:
+    return ts[:19].replace("T", " ") + " UTC" if ts else "—"
+
+
+def receipt_path(root: str, dag_id: str, run_id: str) -> str:
+    return f"{root}/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+
+
+def manifest_path(root: str, dag_id: str, run_id: str, fmt: str) -> str:
+    return f"{root}/api/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/manifest.{fmt}"
+
+
+def _row(label: str, value: str, key: str, raw: Any = None) -> str:
+    data = f' data-value="{e(raw)}"' if raw is not None else ""
+    return f'<tr data-field="{key}"{data}><th>{e(label)}</th><td>{value}</td></tr>'
+
+
+def _run_table(r: dict[str, Any], root: str) -> str:
+    run = r["run"]
+    plan = e(r["plan_run_id"])
+    if r["plan_from_other_run"]:
+        plan = (f'<a id="plan-link" href="{e(receipt_path(root, run["dag_id"], r["plan_run_id"]))}">{plan}</a> '
+                "(the dry run whose plan this run executed)")
+    rows = [
+        _row("DAG", e(run["dag_id"]), "dag_id"),
+        _row("run", f'<span class="run-id">{e(run["run_id"])}</span>', "run_id"),
+        _row("kind", "dry run (nothing deleted)" if run["dry_run"] else "real run", "dry_run",
+             str(run["dry_run"]).lower()),
+        _row("collections", e(", ".join(run["collections"]) or "—"), "collections"),
+        _row("started", e(when(run["started_at"])), "started_at"),
+        _row("finished", e(when(run["finished_at"]) if run["finished_at"] else "not finished"), "finished_at"),
+        _row("plan", plan, "plan_run_id", r["plan_run_id"]),
+        _row("rows " + ("it would delete" if run["dry_run"] else "deleted"), f'{run["rows_deleted"]:,}',
+             "rows_deleted", run["rows_deleted"]),
+        _row("objects " + ("it would delete" if run["dry_run"] else "deleted"), f'{run["objects_deleted"]:,}',
+             "objects_deleted", run["objects_deleted"]),
+        _row("bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed"),
+             f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes)</span>',
+             "bytes_reclaimed", run["bytes_reclaimed"]),
+        _row("monthly cost " + ("it would save" if run["dry_run"] else "saved"),
+             f'<b>{e(usd_text(r["usd_per_month_saved"]))}</b> per month <span class="hint">(at '
+             f'${r["usd_per_gb_month"]:g} per GB-month, S3 Standard, Variable blobgc_storage_prices)</span>',
+             "usd_per_month_saved", r["usd_per_month_saved"]),
+    ]
+    return '<table id="run" class="figures">' + "".join(rows) + "</table>"
+
+
+def _counts_table(r: dict[str, Any]) -> str:
+    c = r["counts"]
+    planned = "—" if c["planned_objects"] is None else f'{c["planned_objects"]:,} objects, {c["planned_rows"]:,} rows'
+    cells = [("planned", planned, c["planned_objects"]),
+             ("deleted", f'{c["deleted_objects"]:,} objects, {c["deleted_rows"]:,} rows', c["deleted_objects"]),
+             ("skipped (referenced again, or changed, since the plan)",
+              f'{c["skipped_objects"]:,} objects, {c["skipped_rows"]:,} rows', c["skipped_objects"]),
+             ("failed (still owed; parked ones included)",
+              f'{c["failed"]:,}' + (f' ({c["parked"]:,} parked)' if c["parked"] else ""), c["failed"])]
+    return ('<table id="counts" class="figures"><tr><th>planned</th><th>deleted</th><th>skipped</th><th>failed</th>'
+            "</tr><tr>" + "".join(f'<td class="num" data-count="{k.split()[0]}" data-value="{e(raw)}" title="{e(k)}">'
+                                  f"{e(text)}</td>" for k, text, raw in cells) + "</tr></table>")
+
+
+def _gate(gate: dict[str, Any] | None) -> str:
+    if not gate:
+        return '<p id="gate-none" class="hint">This run did not meet the gate (a dry run, or a run from before it).</p>'
+    judgement = gate["judgement"] or {}
+    settings = judgement.get("settings") or {}
+    rule = (f"waits past {settings.get('ratio', '?')}× the median of the last {settings.get('history', '?')} real runs "
+            f"and past the floors ({settings.get('min_objects', 0):,} objects, "
+            f"{human_bytes(int(settings.get('min_bytes', 0)))}): Variable blobgc_gate") if settings else ""
+    scopes = "".join(
+        f'<tr data-scope="{e(s.get("scope"))}" data-exceeds="{str(bool(s.get("exceeds"))).lower()}">'
+        f'<td>{e(s.get("scope"))}</td><td class="num">{int(s.get("planned_objects", 0)):,}</td>'
+        f'<td class="num">{e(human_bytes(int(s.get("planned_bytes", 0))))}</td>'
+        f'<td class="num">{int(s.get("history_runs", 0)):,}</td>'
+        f'<td class="num">{float(s.get("median_objects", 0)):,.0f} · {e(human_bytes(int(s.get("median_bytes", 0))))}</td>'
+        f'<td class="num">{float(s.get("threshold_objects", 0)):,.0f} · '
+        f'{e(human_bytes(int(s.get("threshold_bytes", 0))))}</td>'
+        f'<td>{"<b>exceeded</b>" if s.get("exceeds") else "within"}</td></tr>'
+        for s in judgement.get("scopes") or [])
+    table = ('<table id="gate-scopes"><tr><th>scope</th><th>planned objects</th><th>planned bytes</th>'
+             '<th>past runs</th><th>median (objects · bytes)</th><th>threshold</th><th></th></tr>'
+             f'{scopes}</table>') if scopes else ""
+    return (f'<table id="gate" class="figures" data-decision="{e(gate["decision"])}">'
+            f'<tr><th>decision</th><td><b>{e(gate["decision"])}</b></td></tr>'
+            f'<tr><th>by</th><td>{e(gate["decided_by"] or "—")}</td></tr>'
+            f'<tr><th>when</th><td>{e(when(gate["decided_at"]))}</td></tr>'
+            f'<tr><th>planned</th><td>{gate["planned_objects"]:,} objects, {gate["planned_rows"]:,} rows, '
+            f'{e(human_bytes(gate["planned_bytes"]))}</td></tr>'
+            f'<tr><th>rule</th><td class="hint">{e(rule)}</td></tr></table>{table}')
+
+
+def _table(table_id: str, headings: list[str], rows: list[str]) -> str:
+    """A table of ready rows, or one cell saying there are none."""
+    head = "".join(f"<th>{e(h)}</th>" for h in headings)
+    body = "".join(rows) or f'<tr><td colspan="{len(headings)}" class="none">no keys</td></tr>'
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def _statuses(r: dict[str, Any]) -> str:
+    return _table("statuses", ["status", "objects", "bytes"], [
+        f'<tr data-status="{e(s["status"])}" data-objects="{s["objects"]}" data-bytes="{s["bytes"]}">'
+        f'<td class="status-{e(s["status"])}">{e(s["status"])}</td><td class="num">{s["objects"]:,}</td>'
+        f'<td class="num">{e(human_bytes(s["bytes"]))}</td></tr>' for s in r["statuses"]])
+
+
+def _prefixes(r: dict[str, Any]) -> str:
+    return _table("prefixes", ["prefix", "objects", "bytes", "deleted"], [
+        f'<tr data-prefix="{e(p["prefix"])}" data-objects="{p["objects"]}" data-bytes="{p["bytes"]}">'
+        f'<td class="run-id">{e(p["prefix"])}</td><td class="num">{p["objects"]:,}</td>'
+        f'<td class="num" title="{p["bytes"]} bytes">{e(human_bytes(p["bytes"]))}</td>'
+        f'<td class="num">{p["deleted"]:,}</td></tr>' for p in r["by_prefix"]])
+
+
+def _sample(r: dict[str, Any]) -> str:
+    return _table("sample-keys", ["bucket", "key", "size", "status", "deleted at", "delete marker"], [
+        f'<tr data-key="{e(k["key"])}" data-status="{e(k["status"])}"><td>{e(k["bucket"])}</td>'
+        f'<td class="run-id">{e(k["key"])}</td><td class="num">{e(human_bytes(k["size_bytes"]))}</td>'
+        f'<td class="status-{e(k["status"])}">{e(k["status"])}</td><td>{e(when(k["deleted_at"]))}</td>'
+        f'<td class="run-id">{e(k["version_id"] or "")}</td></tr>' for k in r["sample_keys"]])
+
+
+def _restore(r: dict[str, Any], states: dict[str, dict[str, Any]]) -> str:
+    requests, items = r["restore"]["requests"], r["restore"]["items"]
+    if not requests and not items:
+        return '<p id="restore-none" class="hint">Nobody has undone this run.</p>'
+    out = []
+    if requests:
+        out.append('<table id="undo-requests"><tr><th>restore run</th><th>asked by</th><th>asked at</th>'
+                   "<th>state</th><th>finished</th></tr>")
+        for u in requests:
+            airflow = states.get(u["restore_run_id"], {})
+            state = airflow.get("state") or ("finished" if u["finished_at"] else "waiting")
+            finished = u["finished_at"] or airflow.get("end_date")
+            out.append(f'<tr data-restore-run="{e(u["restore_run_id"])}" data-state="{e(state)}">'
+                       f'<td class="run-id"><a href="/dags/blobgc_restore/runs/{quote(u["restore_run_id"], safe="")}"'
+                       f' target="_top">{e(u["restore_run_id"])}</a></td><td>{e(u["requested_by"])}</td>'
+                       f'<td>{e(when(u["requested_at"]))}</td><td>{e(state)}</td>'
+                       f'<td>{e(when(finished))}</td></tr>')
+        out.append("</table>")
+    if items:
+        out.append('<table id="restore-items"><tr><th>restore run</th><th>kind</th><th>outcome</th><th>items</th>'
+                   "<th>last</th></tr>")
+        for i in items:
+            out.append(f'<tr data-kind="{e(i["kind"])}" data-outcome="{e(i["outcome"])}" data-items="{i["items"]}">'
+                       f'<td class="run-id">{e(i["restore_run_id"])}</td><td>{e(i["kind"])}</td>'
+                       f'<td>{e(i["outcome"])}</td><td class="num">{i["items"]:,}</td>'
+                       f'<td>{e(when(i["last_at"]))}</td></tr>')
+        out.append("</table>")
+    return "".join(out)
+
+
+UNDO_SCRIPT = """
+<script>
+document.getElementById('undo-button').addEventListener('click', async (ev) => {
+  const button = ev.currentTarget, out = document.getElementById('undo-result');
+  if (!confirm('Undo this run? blobgc_restore will bring back its objects (versioned buckets only).')) return;
+  button.disabled = true; out.textContent = 'Triggering blobgc_restore…';
+  try {
+    const r = await fetch(button.dataset.url, {method: 'POST', credentials: 'same-origin',
+                          headers: {'%(header)s': '%(value)s', 'Accept': 'application/json'}});
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) { out.textContent = 'Refused (' + r.status + '): ' + (body.detail || r.statusText); button.disabled = false; return; }
+    out.dataset.restoreRunId = body.restore_run_id;
+    out.textContent = 'blobgc_restore run ' + body.restore_run_id + ' triggered. ' + (body.message || '');
+  } catch (err) { out.textContent = 'Failed: ' + err; button.disabled = false; }
+});
+</script>""" % {"header": UNDO_HEADER, "value": UNDO_HEADER_VALUE}
+
+
+def _undo(r: dict[str, Any], root: str, may_undo: bool, paused: bool | None) -> str:
+    run = r["run"]
+    if run["dry_run"]:
+        return '<p id="undo-none" class="hint">A dry run deleted nothing: there is nothing to undo.</p>'
+    if not r["undoable"]:
+        return ('<p id="undo-none" class="hint">This run cannot be undone: its deletions left no version ids (the '
+                "bucket was not versioned, or nothing was deleted), so blobgc_restore cannot bring the bytes back.</p>")
+    if not may_undo:
+        return ('<p id="undo-none" class="hint">Undoing this run needs permission to trigger blobgc_restore, which '
+                "your Airflow user does not have.</p>")
+    url = f"{root}/api/runs/{quote(run['dag_id'], safe='')}/{quote(run['run_id'], safe='')}/undo"
+    note = ('<p id="restore-paused" class="note">blobgc_restore is paused: an undo pressed now is queued and '
+            "waits until someone unpauses blobgc_restore in Airflow.</p>") if paused else ""
+    return (f'<p><button id="undo-button" type="button" data-url="{e(url)}">Undo this run</button> '
+            '<span class="hint">triggers blobgc_restore for this run as you: it removes the delete markers this '
+            'run left and puts back the rows it can.</span></p>'
+            f'{note}<p id="undo-result" class="hint" aria-live="polite"></p>{UNDO_SCRIPT}')
+
+
+def render_receipt(r: dict[str, Any], *, root: str, may_undo: bool, paused: bool | None,
+                   restore_states: dict[str, dict[str, Any]] | None = None) -> str:
+    """The whole receipt page of one run."""
+    run = r["run"]
+    title = f"{run['dag_id']} {run['run_id']}"
+    csv_href, json_href = (manifest_path(root, run["dag_id"], run["run_id"], f) for f in ("csv", "json"))
+    kind = "dry" if run["dry_run"] else "real"
+    return "".join([
+        f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt {e(title)}</title>",
+        f"<style>{PAGE_CSS}{RECEIPT_CSS}</style></head>",
+        f'<body data-dag-id="{e(run["dag_id"])}" data-run-id="{e(run["run_id"])}" data-kind="{kind}">',
+        f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
+        f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
+        _run_table(r, root),
+        "<h2>Planned, deleted, skipped, failed</h2>", _counts_table(r),
+        "<h2>The gate</h2>", _gate(r["gate"]),
+        "<h2>Keys by status</h2>", _statuses(r),
+        "<h2>Bytes by prefix</h2>", _prefixes(r),
+        f'<h2>A sample of keys (first {len(r["sample_keys"])})</h2>', _sample(r),
+        '<h2>The full manifest</h2><p id="manifest">Every key of this run, with its size and status: '
+        f'<a id="manifest-csv" href="{e(csv_href)}" download>CSV</a> · '
+        f'<a id="manifest-json" href="{e(json_href)}" download>JSON</a></p>',
+        "<h2>Undo</h2>", _undo(r, root, may_undo, paused),
+        '<h2>Restore</h2><div id="restore">', _restore(r, restore_states or {}), "</div>",
+        "</body></html>",
+    ])
+
+
+def render_not_found(dag_id: str, run_id: str, root: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: no such run</title>"
+            f"<style>{PAGE_CSS}</style></head><body><h1>No such run</h1>"
+            f'<p id="not-found">blobgc has no run <span class="run-id">{e(run_id)}</span> of '
+            f'<span class="run-id">{e(dag_id)}</span>.</p>'
+            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>')

@@ -1,0 +1,143 @@
+"""A run's receipt, as data: what it deleted (or, dry, would delete), what that saves, and what undid it.
+
+Read-only, except `record_undo_request`. Every key of a run comes from one statement, receipts/select_run_keys
+(a real run's deletion log and what became of each key; a dry run's plan, or before plans its dry log): the
+receipt's figures wrap it, and the manifest streams it (`manifest_rows`, a server-side cursor).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from blobgc.core import queries
+
+GIB = 1 << 30
+DEFAULT_USD_PER_GB_MONTH = 0.023  # S3 Standard's list price, while blobgc.storage_price says nothing
+MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "version_id")
+RESTORE_DAG_ID = "blobgc_restore"
+
+
+def run_keys_query(wrapper: str | None = None) -> sql.Composable:
+    """receipts/select_run_keys, alone or wrapped by another receipts statement (its `{run_keys}`)."""
+    keys = sql.SQL(queries.load("receipts/select_run_keys"))  # type: ignore[arg-type]  # static text of ours
+    if wrapper is None:
+        return keys
+    return sql.SQL(queries.load(f"receipts/{wrapper}")).format(run_keys=keys)  # type: ignore[arg-type]
+
+
+def storage_price(conn: psycopg.Connection, storage_class: str = "STANDARD") -> float:
+    """USD per GB-month of a storage class (blobgc.storage_price, kept from Variable blobgc_storage_prices)."""
+    row = conn.execute(queries.load("report/select_storage_price"), {"storage_class": storage_class}).fetchone()
+    return float(row[0]) if row else DEFAULT_USD_PER_GB_MONTH
+
+
+def usd_per_month(n_bytes: int | None, usd_per_gb_month: float) -> float:
+    """The monthly storage cost of `n_bytes` (GB = 2^30 bytes, as S3 bills)."""
+    return round((n_bytes or 0) / GIB * usd_per_gb_month, 9)
+
+
+def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, Any] | None:
+    """One run's counts, timing, plan and collections (blobgc.run), or None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(queries.load("report/select_runs"),
+                           {"dag_id": dag_id, "run_id": run_id, "limit": 1}).fetchone()
+
+
+def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sample: int = 20,
+                    prefixes: int = 20) -> dict[str, Any] | None:
+    """Everything a run's receipt shows, as JSON-able data; None when blobgc has no such run."""
+    run = find_run(conn, dag_id, run_id)
+    if run is None:
+        return None
+    ids = {"dag_id": dag_id, "run_id": run_id}
+    plan_run_id = run["plan_run_id"] or run_id
+    with conn.cursor(row_factory=dict_row) as cur:
+        gate = cur.execute(queries.load("receipts/select_gate_decision"), ids).fetchone()
+        plan = cur.execute(queries.load("receipts/select_plan_counts"), {**ids, "plan_run_id": plan_run_id}).fetchone()
+        failed = cur.execute(queries.load("receipts/count_failed_deletions"), ids).fetchone()
+        statuses = cur.execute(run_keys_query("count_keys_by_status"), ids).fetchall()
+        by_prefix = cur.execute(run_keys_query("sum_keys_by_prefix"), {**ids, "limit": prefixes}).fetchall()
+        keys = cur.execute(run_keys_query("select_sample_keys"), {**ids, "sample": sample}).fetchall()
+        restored = cur.execute(queries.load("receipts/count_restore_items"), ids).fetchall()
+        undos = cur.execute(queries.load("receipts/select_undo_requests"), ids).fetchall()
+        price = storage_price(conn)
+    deleted = next((s for s in statuses if s["status"] == "deleted"), None)
+    return {
+        "run": jsonable(run),
+        "plan_run_id": plan_run_id,
+        "plan_from_other_run": plan_run_id != run_id,
+        "gate": jsonable(gate) if gate else None,
+        "plan": {**jsonable(plan), "has_plan": plan["items"] > 0},
+        "counts": {
+            "planned_objects": plan["planned_objects"] if plan["items"] else None,
+            "planned_rows": plan["planned_rows"] if plan["items"] else None,
+            "deleted_rows": run["rows_deleted"],
+            "deleted_objects": run["objects_deleted"],
+            "skipped_objects": plan["skipped_objects"],
+            "skipped_rows": plan["skipped_rows"],
+            "failed": failed["owed"],
+            "parked": failed["parked"],
+        },
+        "statuses": [jsonable(s) for s in statuses],
+        "by_prefix": [jsonable(p) for p in by_prefix],
+        "sample_keys": [jsonable(k) for k in keys],
+        "usd_per_gb_month": price,
+        "usd_per_month_saved": usd_per_month(run["bytes_reclaimed"], price),
+        "undoable": (not run["dry_run"]) and bool(deleted and deleted["with_version_id"]),
+        "restore": {"items": [jsonable(r) for r in restored], "requests": [jsonable(u) for u in undos]},
+    }
+
+
+def undo_refusal(conn: psycopg.Connection, dag_id: str, run_id: str) -> str | None:
+    """Why a run cannot be undone from its receipt (a dry run; nothing deleted with a version id), or None."""
+    run = find_run(conn, dag_id, run_id)
+    if run is None:
+        return f"blobgc has no run {run_id!r} of {dag_id!r}"
+    if run["dry_run"]:
+        return "a dry run deleted nothing: there is nothing to undo"
+    with conn.cursor(row_factory=dict_row) as cur:
+        statuses = cur.execute(run_keys_query("count_keys_by_status"), {"dag_id": dag_id, "run_id": run_id}).fetchall()
+    deleted = next((s for s in statuses if s["status"] == "deleted"), None)
+    if not deleted:
+        return "this run deleted no object: there is nothing to undo"
+    if not deleted["with_version_id"]:
+        return ("this run's deletions left no version ids: its bucket was not versioned, so the bytes are gone "
+                "for good and blobgc_restore cannot bring them back")
+    return None
+
+
+def record_undo_request(conn: psycopg.Connection, dag_id: str, run_id: str, restore_run_id: str,
+                        requested_by: str) -> None:
+    with conn.transaction():
+        conn.execute(queries.load("receipts/insert_undo_request"),
+                     {"dag_id": dag_id, "run_id": run_id, "restore_run_id": restore_run_id,
+                      "requested_by": requested_by})
+
+
+def manifest_rows(conn: psycopg.Connection, dag_id: str, run_id: str, *,
+                  batch: int = 5000) -> Iterator[list[tuple[Any, ...]]]:
+    """Every key of a run (MANIFEST_COLUMNS), a batch at a time from a server-side cursor: constant memory
+    however many keys the run has. The caller owns `conn` (autocommit); the cursor lives in a transaction."""
+    with conn.transaction(), conn.cursor(name="blobgc_manifest") as cur:
+        cur.itersize = batch
+        cur.execute(run_keys_query(), {"dag_id": dag_id, "run_id": run_id})
+        while rows := cur.fetchmany(batch):
+            yield rows
+
+
+def jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: jsonable_value(v) for k, v in row.items()}
+
+
+def jsonable_value(v: Any) -> Any:
+    if isinstance(v, (date, datetime)):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return float(v)
+    return v
