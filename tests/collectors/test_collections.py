@@ -9,11 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from blobgc.collectors.mark import mark_collection
-from blobgc.collectors.reconcile import collection_shards, owe_planned_objects, reconcile_shard
+from blobgc.collectors.reconcile import collection_shards, reconcile_shard
 from blobgc.collectors.restore import cancel_owed_deletions, plan_restore, restore_collection_rows, restore_objects
 from blobgc.collectors.sweep import sweep_collection
 from blobgc.core.outbox import delete_owed_objects
-from blobgc.core.plans import fix_plan
+from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import NOW, backdate_object, object_keys

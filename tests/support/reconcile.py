@@ -4,8 +4,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta, timezone
 
-from blobgc.collectors.reconcile import discover_shards, owe_planned_objects, reconcile_shard
-from blobgc.core.plans import fix_plan
+from blobgc.collectors.reconcile import discover_shards, reconcile_shard
+from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import backdate_objects
 

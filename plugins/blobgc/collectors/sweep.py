@@ -195,9 +195,8 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
                 record_outcome(conn, run, item, skipped_ids=item.row_ids or [])
             return None
         ids = [row[0] for row in batch]
-        changed: list[str] = []
         if item is not None:  # a row whose objects are no longer the plan's is not the plan's to delete
-            ids, changed = unchanged_since_plan(conn, bound, found, item, ids)
+            ids = unchanged_since_plan(conn, bound, found, item, ids)
         if run.dry_run:
             deleted = [(*row, None) for row in conn.execute(found.preview, {"ids": ids}).fetchall()]
         elif not ids:
@@ -209,12 +208,7 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
         kept = [i for i in ids if i not in gone]  # referenced: marked used again
         if kept and not run.dry_run:
             conn.execute(found.forget_kept, {"ids": kept})
-        keys: list[str] = []
-        sizes_out: list[int | None] = []
-        for _id, size, key_values, _image in deleted:
-            owned = bound.keys_of(key_values)
-            keys += owned
-            sizes_out += [size] + [None] * (len(owned) - 1)  # the size column is the first key's object's
+        keys, sizes_out = owned_objects(bound, deleted)
         record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes_out,
                          rows=[image for *_, image in deleted if image is not None], part=part)
         batch_bytes = sum(size or 0 for _, size, *_rest in deleted)
@@ -229,17 +223,29 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
     return batch, deleted, kept, keys, batch_bytes
 
 
+def owned_objects(bound: BoundCollection, rows: list[tuple]) -> tuple[list[str], list[int | None]]:
+    """The objects of `rows` (id, size, key values, ...): every key template's key, the size column's size on the
+    first key's object (the others' sizes unknown)."""
+    keys: list[str] = []
+    sizes: list[int | None] = []
+    for _id, size, key_values, *_rest in rows:
+        owned = bound.keys_of(key_values)
+        keys += owned
+        sizes += [size] + [None] * (len(owned) - 1)
+    return keys, sizes
+
+
 def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found: SweepStatements, item: PlanItem,
-                         ids: list) -> tuple[list, list[str]]:
-    """Split claimed `ids` into those whose objects are still the plan item's and those whose key columns changed
-    since the plan was made (their keys would not be the plan's: they are skipped, never deleted)."""
+                         ids: list) -> list:
+    """The claimed `ids` whose objects are still the plan item's; a row whose key columns changed since the plan
+    was made (its keys would not be the plan's) is left out: skipped, never deleted."""
     planned = set(item.keys)
-    changed = [str(row_id) for row_id, _size, key_values in conn.execute(found.preview, {"ids": ids}).fetchall()
-               if not set(bound.keys_of(key_values)) <= planned]
+    changed = {str(row_id) for row_id, _size, key_values in conn.execute(found.preview, {"ids": ids}).fetchall()
+               if not set(bound.keys_of(key_values)) <= planned}
     if changed:
         log.warning("%s: %d planned rows have other objects now than when the plan was made: skipped (%s)",
-                    bound.name, len(changed), changed[:5])
-    return [i for i in ids if str(i) not in changed], changed
+                    bound.name, len(changed), sorted(changed)[:5])
+    return [i for i in ids if str(i) not in changed]
 
 
 def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
@@ -268,12 +274,7 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
                 break
             after = batch[-1][0]
             rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
-            keys: list[str] = []
-            sizes: list[int | None] = []
-            for _id, size, key_values in rows:
-                owned = bound.keys_of(key_values)
-                keys += owned
-                sizes += [size] + [None] * (len(owned) - 1)
+            keys, sizes = owned_objects(bound, rows)
             add_plan_item(conn, run, part=part, collection=bound.name, source=bound.collection.source,
                           bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows])
             batch_bytes = sum(size or 0 for _, size, _ in rows)

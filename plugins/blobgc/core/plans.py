@@ -30,13 +30,16 @@ from typing import Any
 import psycopg
 
 from blobgc.core import queries
+from blobgc.core.outbox import record_deletions
+from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import ConfigurationError
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
-PLAN_MAX_AGE_HOURS = 24
+PLAN_MAX_AGE_HOURS = 24  # Param plan_max_age_hours's default
+APPROVAL_TIMEOUT_HOURS = 12  # Param approval_timeout_hours's default
 GATE_DEFAULTS: dict[str, float] = {"ratio": 5, "min_objects": 1000, "min_bytes": 1073741824, "history": 10}
 PASSED, WAITING, APPROVED, REJECTED, TIMED_OUT = "passed", "waiting", "approved", "rejected", "timed_out"
 GOES_ON = (PASSED, APPROVED)
@@ -87,11 +90,7 @@ def check_plan(conn: psycopg.Connection, run: RunRef, plan_run_id: str, max_age_
     if finished_at is None:
         raise PlanRefused(f"from_plan: dry run {plan_run_id!r} of {run.dag_id} has not finished: its plan may be "
                           "incomplete. Wait for it to end (its report task), then trigger again")
-    age = now - planned_at
-    if age > timedelta(hours=max_age_hours):
-        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was made at {planned_at.isoformat()}, "
-                          f"{age.total_seconds() / 3600:.1f} h ago; plans expire after plan_max_age_hours = "
-                          f"{max_age_hours:g} h. Make a new dry run and execute that")
+    refuse_if_expired(plan_run_id, planned_at, now, max_age_hours)
     others = conn.execute(queries.load("plans/select_plan_executions"), {
         "dag_id": run.dag_id, "plan_run_id": plan_run_id, "run_id": run.run_id}).fetchall()
     refused = [(r, d) for r, d in others if d in (REJECTED, TIMED_OUT)]
@@ -114,16 +113,27 @@ def plan_of(conn: psycopg.Connection, run: RunRef) -> str:
     return row[0]
 
 
+def plan_max_age(params: dict[str, Any]) -> float:
+    """A run's Param plan_max_age_hours (its default when the run has none)."""
+    return float(params.get("plan_max_age_hours", PLAN_MAX_AGE_HOURS))
+
+
 def check_fresh(conn: psycopg.Connection, run: RunRef, plan_run_id: str, max_age_hours: float) -> None:
     """Refuse to execute a plan that expired meanwhile (a long wait at the gate, a late retry)."""
     row = conn.execute(queries.load("plans/select_plan_run"), {"dag_id": run.dag_id, "run_id": plan_run_id}).fetchone()
     if row is None:
         raise PlanRefused(f"the plan of {plan_run_id!r} is gone")
-    planned_at, now = row[3], row[5]
-    if now - planned_at > timedelta(hours=max_age_hours):
-        raise PlanRefused(f"the plan of {plan_run_id!r}, made at {planned_at.isoformat()}, expired (plans expire "
-                          f"after plan_max_age_hours = {max_age_hours:g} h) before it was executed: nothing was "
-                          "deleted. Make a new plan (a dry run, or a new real run)")
+    refuse_if_expired(plan_run_id, row[3], row[5], max_age_hours)
+
+
+def refuse_if_expired(plan_run_id: str, planned_at: datetime, now: datetime, max_age_hours: float) -> None:
+    """The one expiry rule: a plan older than `max_age_hours` (from its oldest item) is never executed."""
+    age = now - planned_at
+    if age > timedelta(hours=max_age_hours):
+        raise PlanRefused(f"the plan of {plan_run_id!r} was made at {planned_at.isoformat()}, "
+                          f"{age.total_seconds() / 3600:.1f} h ago: it expired (plans expire after "
+                          f"plan_max_age_hours = {max_age_hours:g} h) and nothing of it is deleted. Make a new plan "
+                          "(a dry run, or a new real run)")
 
 
 def restart_plan_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
@@ -232,12 +242,60 @@ def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
         report["gate"] = {k: v for k, v in decision.items() if k != "judgement"}
     if run.dry_run:
         return report
-    items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = conn.execute(
-        queries.load("plans/summarize_execution"), {"dag_id": run.dag_id, "run_id": run.run_id}).fetchone()
-    report.update({"items_done": int(items_done), "skipped_rereferenced_rows": int(rows_skipped),
-                   "skipped_rereferenced_objects": int(objects_skipped) + int(objects_kept),
-                   "failed_objects": int(objects_failed)})
+    done = execution_figures(conn, run.dag_id, run.run_id)
+    report.update({"items_done": done.items_done, "skipped_rereferenced_rows": done.rows_skipped,
+                   "skipped_rereferenced_objects": done.objects_skipped, "failed_objects": done.objects_failed})
     return report
+
+
+@dataclass(frozen=True)
+class ExecutionFigures:
+    """What a run did with its plan: items dealt with; rows and objects skipped as referenced again (those it
+    passed over, and keys the drain's guard kept); objects still owed."""
+
+    items_done: int = 0
+    rows_skipped: int = 0
+    objects_skipped: int = 0
+    objects_failed: int = 0
+
+
+def execution_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> ExecutionFigures:
+    items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = conn.execute(
+        queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id}).fetchone()
+    return ExecutionFigures(int(items_done), int(rows_skipped), int(objects_skipped) + int(objects_kept),
+                            int(objects_failed))
+
+
+@dataclass
+class OwedFromPlan(TaskResult):
+    """What owing a plan's objects did: items dealt with and objects handed to the drain."""
+
+    items: int = 0
+    objects_owed: int = 0
+
+
+def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
+    """Owe the objects of `run`'s plan to the outbox, an item per transaction (a retry skips what is done): the
+    execution of a plan of objects alone (reconcile's orphans).
+
+    Each key is logged with the cut-off it was judged by (`modified_before`), so the drain checks it again just
+    before deleting: a row that accounts for it now keeps it (the layout's guard), and so does an object written
+    again since the plan (its LastModified is then past the cut-off). Keys outside the plan are never owed.
+    """
+    result = OwedFromPlan()
+    if run.dry_run:
+        return result
+    for part in plan_parts(conn, run):
+        for item in pending_items(conn, run, part=part["part"], collection=part["collection"]):
+            with conn.transaction():
+                record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=item.keys, sizes=item.sizes,
+                                 part=part["part"], modified_before=item.modified_before)
+                record_outcome(conn, run, item, objects_owed=len(item.keys))
+            result.items += 1
+            result.objects_owed += len(item.keys)
+    log.info("owed %d planned objects (%d plan items) to the drain, which checks each again", result.objects_owed,
+             result.items)
+    return result
 
 
 # --------------------------------------------------------------------------------------------- the gate

@@ -1,4 +1,4 @@
-"""Human-readable byte counts for logs and reports."""
+"""Human-readable byte counts for logs and reports, and what bytes cost to store."""
 from __future__ import annotations
 
 
@@ -9,3 +9,12 @@ def human_bytes(n: int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+GIB = 1 << 30
+S3_STANDARD_USD_PER_GB_MONTH = 0.023  # S3 Standard's list price (GB = 2^30 bytes, as S3 bills)
+
+
+def usd_per_month(n_bytes: int | None, usd_per_gb_month: float) -> float:
+    """The monthly storage cost of `n_bytes` at `usd_per_gb_month`."""
+    return round((n_bytes or 0) / GIB * usd_per_gb_month, 9)

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from blobgc.core.plans import (
+    APPROVAL_TIMEOUT_HOURS,
     APPROVED,
     GOES_ON,
     PASSED,
@@ -34,6 +35,7 @@ from blobgc.core.plans import (
     check_fresh,
     gate_decision,
     judge,
+    plan_max_age,
     plan_of,
     record_decision,
     record_judgement,
@@ -44,8 +46,6 @@ from blobgc.dag_kit.connections import pg_connection
 from blobgc.dag_kit.variables import variable
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TIMEOUT_HOURS = 12
 
 
 def gate_settings() -> GateSettings:
@@ -105,7 +105,7 @@ def deletion_gate(task_id: str = "gate", **kwargs: Any):
                         raise AirflowSkipException(f"this run's plan was {earlier['decision']}"
                                                    f"{' by ' + earlier['decided_by'] if earlier['decided_by'] else ''}"
                                                    ": nothing is deleted")
-                    check_fresh(conn, run, plan_of(conn, run), float(params.get("plan_max_age_hours", 24)))
+                    check_fresh(conn, run, plan_of(conn, run), plan_max_age(params))
                     judgement = judge(conn, run, settings)
                     log.info("the plan of %s: %s objects, %s\n%s", judgement.plan_run_id,
                              f"{judgement.planned.objects:,}", human_bytes(judgement.planned.bytes),
@@ -118,7 +118,7 @@ def deletion_gate(task_id: str = "gate", **kwargs: Any):
                     record_judgement(conn, run, judgement, WAITING)
             except ConfigurationError as error:
                 raise AirflowFailException(str(error)) from error
-            hours = float(params.get("approval_timeout_hours", DEFAULT_TIMEOUT_HOURS))
+            hours = float(params.get("approval_timeout_hours", APPROVAL_TIMEOUT_HOURS))
             self.response_timeout = timedelta(hours=hours)
             planned = judgement.planned
             self.subject = (f"Approve {run.dag_id} deleting {planned.objects:,} objects "
@@ -153,4 +153,4 @@ def deletion_gate(task_id: str = "gate", **kwargs: Any):
 
     return DeletionGate(task_id=task_id, subject="Approve this deletion?",
                         defaults=[ApprovalOperator.REJECT],  # no answer in time: nothing is deleted
-                        response_timeout=timedelta(hours=DEFAULT_TIMEOUT_HOURS), **kwargs)
+                        response_timeout=timedelta(hours=APPROVAL_TIMEOUT_HOURS), **kwargs)

@@ -67,14 +67,16 @@ def plan_params() -> dict[str, Any]:
     """The Params of a DAG whose real runs execute a plan behind the gate (`blobgc.core.plans`, `.dag_kit.gate`)."""
     from airflow.sdk import Param
 
+    from blobgc.core.plans import APPROVAL_TIMEOUT_HOURS, PLAN_MAX_AGE_HOURS
+
     return {
         "from_plan": Param(None, type=["null", "string"],
                            description="Execute exactly the plan of this dry run (its run id) instead of planning "
                                        "anew. Every item is re-checked; what is referenced again is skipped."),
-        "plan_max_age_hours": Param(24, type="number", exclusiveMinimum=0,
+        "plan_max_age_hours": Param(PLAN_MAX_AGE_HOURS, type="number", exclusiveMinimum=0,
                                     description="A plan older than this is refused (from_plan), and a plan that ages "
                                                 "past it while waiting for approval is never executed."),
-        "approval_timeout_hours": Param(12, type="number", exclusiveMinimum=0,
+        "approval_timeout_hours": Param(APPROVAL_TIMEOUT_HOURS, type="number", exclusiveMinimum=0,
                                         description="How long the gate waits for a person to approve an unusual "
                                                     "deletion (Variable blobgc_gate) before it deletes nothing."),
     }

@@ -12,10 +12,11 @@ import psycopg
 
 from blobgc.core import queries
 from blobgc.core.settings import ConfigurationError
+from blobgc.core.sizes import S3_STANDARD_USD_PER_GB_MONTH
 from blobgc.dag_kit.variables import variable
 
 PRICES_VARIABLE = "blobgc_storage_prices"
-DEFAULT_PRICES = {"STANDARD": 0.023}  # S3 Standard's list price, USD per GB-month (GB = 2^30 bytes)
+DEFAULT_PRICES = {"STANDARD": S3_STANDARD_USD_PER_GB_MONTH}
 
 
 def check_storage_prices(prices: object) -> dict[str, float]:

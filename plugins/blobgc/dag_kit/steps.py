@@ -262,9 +262,9 @@ def fix_run_plan(step: Step) -> bool:
     With Param `from_plan`, the named dry run's plan is checked (same DAG, finished, younger than
     `plan_max_age_hours`, executed by no other run) and nothing is planned anew.
     """
-    from blobgc.core.plans import fix_plan
+    from blobgc.core.plans import fix_plan, plan_max_age
 
-    plan = fix_plan(step.conn, step.run, step.params.get("from_plan"), float(step.params.get("plan_max_age_hours", 24)))
+    plan = fix_plan(step.conn, step.run, step.params.get("from_plan"), plan_max_age(step.params))
     if plan != step.run.run_id:
         log.info("this run executes the plan of dry run %s: it plans nothing itself", plan)
     return plan == step.run.run_id
@@ -286,7 +286,7 @@ def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
 def check_plan_goes_on(step: Step) -> None:
     """Before a run executes its plan: the gate let it through, and it has not expired meanwhile (else it fails
     at once, deleting nothing)."""
-    from blobgc.core.plans import check_fresh, plan_of, require_go
+    from blobgc.core.plans import check_fresh, plan_max_age, plan_of, require_go
 
     require_go(step.conn, step.run)
-    check_fresh(step.conn, step.run, plan_of(step.conn, step.run), float(step.params.get("plan_max_age_hours", 24)))
+    check_fresh(step.conn, step.run, plan_of(step.conn, step.run), plan_max_age(step.params))

@@ -9,14 +9,13 @@ from datetime import date, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from blobgc.core.sizes import human_bytes
+from blobgc.core.sizes import GIB, human_bytes
 
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
            "#882255", "#44AA99", "#999933", "#AA4499"]
 METRICS = {"bytes_reclaimed": "Bytes reclaimed", "objects_deleted": "Objects deleted"}
 USD_METRIC = "usd_per_month_saved"  # bytes reclaimed, priced at S3 Standard per GB-month (blobgc.storage_price)
 LABELS = {**METRICS, USD_METRIC: "Monthly storage cost saved (USD)"}
-GIB = 1 << 30
 
 
 def usd_text(amount: float) -> str:
@@ -32,7 +31,7 @@ def chart_series(report: dict[str, Any], metric: str) -> tuple[list[str], list[s
     start, end = date.fromisoformat(report["since"]), date.fromisoformat(report["until"])
     days = [(start + timedelta(days=i)).isoformat() for i in range((end - start).days + 1)]
     values: dict[tuple[str, str], float] = {}
-    price = float(report.get("usd_per_gb_month", 0.023))
+    price = float(report["usd_per_gb_month"])
     for r in report["daily"]:
         figure = r["bytes_reclaimed"] if metric == USD_METRIC else r[metric]
         if not r["dry_run"] and figure:
@@ -135,7 +134,7 @@ def collection_filter(report: dict[str, Any]) -> str:
 
 def recent_runs_table(report: dict[str, Any]) -> str:
     """The most recent runs, newest first, each linking to its receipt (relative: /blobgc/runs/...)."""
-    price = float(report.get("usd_per_gb_month", 0.023))
+    price = float(report["usd_per_gb_month"])
     out = ['<h2>Recent runs: each with its receipt</h2><table id="recent-runs"><tr><th>DAG</th><th>collections</th>'
            "<th>started (UTC)</th><th>kind</th><th>rows</th><th>objects</th><th>bytes</th><th>saves / month</th>"
            "<th>receipt</th></tr>"]
@@ -170,7 +169,7 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         f'<div class="legend">{legend}</div>',
         collection_filter(report),
     ]
-    price = float(report.get("usd_per_gb_month", 0.023))
+    price = float(report["usd_per_gb_month"])
     parts.append(  # a toggle of CSS only: the page has no script
         '<div id="reclaim-charts" class="unit-toggle">Show reclaim in: '
         '<input type="radio" name="unit" id="unit-bytes" checked><label for="unit-bytes">bytes</label> '

@@ -16,9 +16,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
+from blobgc.core.plans import execution_figures, plan_size
+from blobgc.core.sizes import S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
 
-GIB = 1 << 30
-DEFAULT_USD_PER_GB_MONTH = 0.023  # S3 Standard's list price, while blobgc.storage_price says nothing
 MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "version_id")
 RESTORE_DAG_ID = "blobgc_restore"
 
@@ -34,12 +34,7 @@ def run_keys_query(wrapper: str | None = None) -> sql.Composable:
 def storage_price(conn: psycopg.Connection, storage_class: str = "STANDARD") -> float:
     """USD per GB-month of a storage class (blobgc.storage_price, kept from Variable blobgc_storage_prices)."""
     row = conn.execute(queries.load("report/select_storage_price"), {"storage_class": storage_class}).fetchone()
-    return float(row[0]) if row else DEFAULT_USD_PER_GB_MONTH
-
-
-def usd_per_month(n_bytes: int | None, usd_per_gb_month: float) -> float:
-    """The monthly storage cost of `n_bytes` (GB = 2^30 bytes, as S3 bills)."""
-    return round((n_bytes or 0) / GIB * usd_per_gb_month, 9)
+    return float(row[0]) if row else S3_STANDARD_USD_PER_GB_MONTH  # while blobgc.storage_price says nothing
 
 
 def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, Any] | None:
@@ -59,7 +54,6 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
     plan_run_id = run["plan_run_id"] or run_id
     with conn.cursor(row_factory=dict_row) as cur:
         gate = cur.execute(queries.load("receipts/select_gate_decision"), ids).fetchone()
-        plan = cur.execute(queries.load("receipts/select_plan_counts"), {**ids, "plan_run_id": plan_run_id}).fetchone()
         failed = cur.execute(queries.load("receipts/count_failed_deletions"), ids).fetchone()
         statuses = cur.execute(run_keys_query("count_keys_by_status"), ids).fetchall()
         by_prefix = cur.execute(run_keys_query("sum_keys_by_prefix"), {**ids, "limit": prefixes}).fetchall()
@@ -67,20 +61,22 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
         restored = cur.execute(queries.load("receipts/count_restore_items"), ids).fetchall()
         undos = cur.execute(queries.load("receipts/select_undo_requests"), ids).fetchall()
         price = storage_price(conn)
+    planned, _per_collection = plan_size(conn, dag_id, plan_run_id)
+    has_plan = bool(planned.rows or planned.objects)  # every plan item has rows or keys
+    done = execution_figures(conn, dag_id, run_id)
     deleted = next((s for s in statuses if s["status"] == "deleted"), None)
     return {
         "run": jsonable(run),
         "plan_run_id": plan_run_id,
         "plan_from_other_run": plan_run_id != run_id,
         "gate": jsonable(gate) if gate else None,
-        "plan": {**jsonable(plan), "has_plan": plan["items"] > 0},
         "counts": {
-            "planned_objects": plan["planned_objects"] if plan["items"] else None,
-            "planned_rows": plan["planned_rows"] if plan["items"] else None,
+            "planned_objects": planned.objects if has_plan else None,
+            "planned_rows": planned.rows if has_plan else None,
             "deleted_rows": run["rows_deleted"],
             "deleted_objects": run["objects_deleted"],
-            "skipped_objects": plan["skipped_objects"],
-            "skipped_rows": plan["skipped_rows"],
+            "skipped_objects": done.objects_skipped,
+            "skipped_rows": done.rows_skipped,
             "failed": failed["owed"],
             "parked": failed["parked"],
         },

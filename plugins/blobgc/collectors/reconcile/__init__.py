@@ -49,7 +49,7 @@ from blobgc.core.keys import (
 )
 from blobgc.core.objects import HIGHEST, key_before, leading_shards
 from blobgc.core.outbox import record_deletions
-from blobgc.core.plans import add_plan_item, pending_items, plan_parts, record_outcome
+from blobgc.core.plans import add_plan_item
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.settings import ConfigurationError
@@ -431,7 +431,7 @@ def reconcile_shard(
     for contents, last_page in list_pages(s3, bucket, shard, start_after, page_size):
         page = check_page(conn, source, shard, contents, cutoff, start_after, last_page)
         with conn.transaction():
-            if page.orphans:  # planned; deleted after the gate, by `owe_planned_objects`, if still orphans then
+            if page.orphans:  # planned; owed after the gate (`blobgc.core.plans.owe_planned_objects`)
                 orphan_keys, orphan_sizes = [k for k, _ in page.orphans], [s for _, s in page.orphans]
                 add_plan_item(conn, run, part=shard.checkpoint, collection=shard.collection, source=source_name,
                               bucket=bucket, keys=orphan_keys, sizes=orphan_sizes, modified_before=cutoff)
@@ -470,38 +470,6 @@ def reconcile_shard(
              "layout, %d rows missing their object", shard.name, result.keys_checked, result.pages, result.orphans,
              result.orphan_bytes, "would go" if run.dry_run else "planned", result.too_young, result.unknown_keys,
              result.missing_objects)
-    return result
-
-
-@dataclass
-class OwedFromPlan(TaskResult):
-    """What owing a plan's orphans did: items dealt with and objects handed to the drain."""
-
-    items: int = 0
-    objects_owed: int = 0
-
-
-def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
-    """Owe the orphans of `run`'s plan to the outbox, an item per transaction (a retry skips what is done).
-
-    Each key is logged with the cut-off its listing judged it by (`modified_before`), so the drain checks it
-    again just before deleting: a row that accounts for it now keeps it (the layout's guard), and so does an
-    object written again since the plan (its LastModified is then past the cut-off). Keys outside the plan are
-    never owed.
-    """
-    result = OwedFromPlan()
-    if run.dry_run:
-        return result
-    for part in plan_parts(conn, run):
-        for item in pending_items(conn, run, part=part["part"], collection=part["collection"]):
-            with conn.transaction():
-                record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=item.keys, sizes=item.sizes,
-                                 part=part["part"], modified_before=item.modified_before)
-                record_outcome(conn, run, item, objects_owed=len(item.keys))
-            result.items += 1
-            result.objects_owed += len(item.keys)
-    log.info("owed %d planned orphans (%d plan items) to the drain, which checks each again", result.objects_owed,
-             result.items)
     return result
 
 

@@ -41,7 +41,7 @@ from psycopg import sql
 from blobgc.collectors.reconcile import (
     BLOB_OBJECTS,
     PAGE,
-        KeySource,
+    KeySource,
     ShardResult,
     check_age_floor,
     present_sources,
