@@ -42,7 +42,8 @@ from airflow.sdk import CronTriggerTimetable, Param, dag
 from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
 from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import OwedFromPlan, execution_report, owe_planned_objects
+from blobgc.core import plans
+from blobgc.core.plans import OwedFromPlan, execution_report
 from blobgc.dag_kit import (
     S3_POOL,
     Step,
@@ -123,7 +124,7 @@ def blobgc_reconcile():
     @gc_step()
     def owe_planned_objects(step: Step) -> OwedFromPlan:
         check_plan_goes_on(step)
-        return owe_planned_objects(step.conn, step.run)
+        return plans.owe_planned_objects(step.conn, step.run)  # the task's own name shadows the function's
 
     shards = reconcile_shard.expand(shard=plan_shards())
     owed = owe_planned_objects()
