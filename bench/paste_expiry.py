@@ -11,9 +11,14 @@ Baseline: seed 002's "one at a time" (one Postgres transaction, one S3 DeleteObj
 DEL per paste), timed on a sample of pastes made with the application's own write path
 (`blobgc.pastes.create_paste`), in the same database, bucket and Redis, in the same run.
 
-blobgc: the DAG's steps as its tasks call them: `check_ref_counts`, `expire_pastes` (batches of
-1000), `delete_owed_objects` (DeleteObjects, 2 drains with 4 calls in flight each) and `purge_owed_cache_keys`
-(pipelined variadic UNLINK). In the DAG the last two run side by side; here they are timed one
+blobgc: the DAG's steps as its tasks call them: `check_ref_counts` (with the run's own plan fixed
+first, as its task does; it plans the contents no paste points at), the planning (`expiry_ranges`
+and the mapped `plan_expiry` tasks: `plan_due_pastes`, an item of 1000 pastes per batch, one
+connection per range of content_hash), the execution of the plan (`plan_parts` and the mapped
+`expire_pastes` tasks: `execute_planned_pastes`, an item per transaction, one connection per part),
+`delete_owed_objects` (DeleteObjects, 2 drains with 4 calls in flight each) and `purge_owed_cache_keys`
+(pipelined variadic UNLINK). The gate between planning and execution is not timed (it lets the plan
+through or waits for a person). In the DAG the last two run side by side; here they are timed one
 after the other, so the total is an upper bound.
 
     python bench/paste_expiry.py                          # 1M pastes, 60% expired
@@ -37,10 +42,11 @@ from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 from blobgc.core.cache_purge import purge_owed_cache_keys  # noqa: E402
 from blobgc.core.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects  # noqa: E402
-from blobgc.collectors.paste_expiry import ExpiryResult, check_ref_counts, expire_pastes, split_expiry_window
-from blobgc.core.keys import content_key
-from demo_app.pastes import create_paste
+from blobgc.collectors.paste_expiry import check_ref_counts, execute_planned_pastes, plan_due_pastes  # noqa: E402
+from blobgc.core.keys import content_key  # noqa: E402
+from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from demo_app.pastes import create_paste  # noqa: E402
 
 REFERENCE_TIME = datetime(2026, 11, 21, tzinfo=timezone.utc)
 OUTBOX_DRAINS = 2  # as the DAG's delete_owed_objects task (blobgc.dag_kit.steps.OUTBOX_DRAINS)
@@ -158,39 +164,33 @@ def baseline(dsn: str, s3, bucket: str, prefix: str, n: int) -> dict:
 
 def ours(dsn: str, s3, bucket: str, prefix: str, workers: int) -> dict:
     conn, redis = pg_connect(dsn), redis_from_env()
-    run = RunRef("blobgc_paste_expiry", f"bench-{uuid.uuid4().hex[:8]}")
-    ensure_run(conn, run, REFERENCE_TIME)
+    run = ensure_run(conn, RunRef("blobgc_paste_expiry", f"bench-{uuid.uuid4().hex[:8]}"), REFERENCE_TIME)
+    fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)  # the check_ref_counts task's first step (fix_run_plan)
     out: dict = {}
-    out["check_ref_counts_s"], drift = timed(lambda: check_ref_counts(conn, run, bucket=bucket))
-    assert drift.drifted == 0, drift
+    out["check_ref_counts_s"], drift = timed(lambda: check_ref_counts(conn, run, bucket=bucket, plan_orphans=True))
+    assert drift.drifted == 0 and drift.orphans_planned == 0, drift
 
-    def expire_in_parallel() -> ExpiryResult:
-        # what plan_expiry and the mapped expire_pastes tasks do: one connection per range of expires_at
-        ranges = split_expiry_window(conn, REFERENCE_TIME, workers)
+    def connect():
+        return pg_connect(dsn)
 
-        def part(window) -> ExpiryResult:
-            with pg_connect(dsn) as own:
-                return expire_pastes(own, run, expired_before=REFERENCE_TIME, bucket=bucket, redis_prefix=prefix,
-                                     expires_range=window)
-
-        with ThreadPoolExecutor(len(ranges)) as pool:
-            parts = list(pool.map(part, ranges))
-        total = ExpiryResult()
-        for field in ("pastes_deleted", "contents_deleted", "batches"):
-            setattr(total, field, sum(getattr(p, field) for p in parts))
-        return total
-
-    out["expire_s"], expired = timed(expire_in_parallel)
+    out["plan_s"], planned = timed(lambda: plan_due_pastes(conn, run, bucket=bucket, workers=workers,
+                                                           connect=connect))
+    out["execute_s"], executed = timed(lambda: execute_planned_pastes(conn, run, redis_prefix=prefix,
+                                                                      workers=workers, connect=connect))
+    assert (executed.pastes_deleted, executed.objects_owed) == (planned.pastes, planned.objects), (planned, executed)
+    assert executed.skipped_pastes == executed.skipped_objects == 0, executed
+    out["expire_s"] = out["plan_s"] + out["execute_s"]
     out["s3_s"], drained = timed(lambda: delete_owed_objects(conn, s3, run, workers=OUTBOX_DRAINS,
-                                                             connect=lambda: pg_connect(dsn)))
+                                                             connect=connect))
     out["redis_s"], purged = timed(lambda: purge_owed_cache_keys(conn, redis, run))
-    out.update(workers=workers, pastes=expired.pastes_deleted, contents=expired.contents_deleted, batches=expired.batches,
+    out.update(workers=workers, pastes=executed.pastes_deleted, contents=executed.contents_deleted,
+               plan_items=planned.batches, items_executed=executed.items,
                objects_deleted=drained.objects_deleted, objects_failed=drained.failed,
                cache_keys_purged=purged.keys_purged, cache_keys_found=purged.keys_found,
                redis_round_trips=purged.round_trips)
     out["clean_s"] = out["expire_s"] + out["s3_s"] + out["redis_s"]
     out["total_s"] = out["check_ref_counts_s"] + out["clean_s"]
-    out["pastes_per_s"] = expired.pastes_deleted / out["clean_s"]
+    out["pastes_per_s"] = executed.pastes_deleted / out["clean_s"]
     conn.close()
     return out
 
@@ -254,7 +254,8 @@ def main() -> int:
     results["baseline"] = baseline(dsn, s3, bucket, prefix, args.baseline_pastes)
     with pg_connect(dsn) as conn:
         vacuum(conn, "app.content", "app.paste")
-    print("blobgc: check_ref_counts, expire_pastes, delete_owed_objects, purge_owed_cache_keys ...", flush=True)
+    print("blobgc: check_ref_counts, plan_expiry, expire_pastes, delete_owed_objects, purge_owed_cache_keys ...",
+          flush=True)
     results["blobgc"] = ours(dsn, s3, bucket, prefix, args.workers)
     results["verified"] = verify(dsn, s3, bucket, prefix, results["data"])
     results["ratio"] = results["blobgc"]["pastes_per_s"] / results["baseline"]["pastes_per_s"]
@@ -266,15 +267,17 @@ def main() -> int:
     print(f"\n## baseline: seed 002 one at a time (1 query, 1 DeleteObject, 1 DEL per paste)\n"
           f"{b['pastes']:,} pastes ({b['objects_deleted']:,} objects) in {b['seconds']:.2f}s = "
           f"{b['pastes_per_s']:,.0f} pastes/s")
-    print(f"\n## blobgc (batches of 1000; expire_pastes on {o['workers']} connections)\n"
-          f"check_ref_counts     {o['check_ref_counts_s']:7.2f}s  (scan of every content; no drift)\n"
-          f"expire_pastes        {o['expire_s']:7.2f}s  {o['pastes']:,} pastes, {o['contents']:,} contents, "
-          f"{o['batches']:,} batches\n"
+    print(f"\n## blobgc (batches of 1000; plan_expiry and expire_pastes on {o['workers']} connections)\n"
+          f"check_ref_counts     {o['check_ref_counts_s']:7.2f}s  (scan of every content; no drift, no orphans)\n"
+          f"plan_expiry          {o['plan_s']:7.2f}s  {o['pastes']:,} pastes in {o['plan_items']:,} plan items\n"
+          f"expire_pastes        {o['execute_s']:7.2f}s  {o['pastes']:,} pastes, {o['contents']:,} contents, "
+          f"{o['items_executed']:,} items\n"
+          f"  planned + executed {o['expire_s']:7.2f}s\n"
           f"delete_owed_objects  {o['s3_s']:7.2f}s  {o['objects_deleted']:,} objects "
           f"({o['objects_deleted'] / o['s3_s']:,.0f}/s), {o['objects_failed']} failed\n"
           f"purge_cache_keys     {o['redis_s']:7.2f}s  {o['cache_keys_purged']:,} keys "
           f"({o['cache_keys_found']:,} were cached) in {o['redis_round_trips']:,} round trips\n"
-          f"cleaned (3 steps)    {o['clean_s']:7.2f}s  = {o['pastes_per_s']:,.0f} pastes/s = "
+          f"cleaned (4 steps)    {o['clean_s']:7.2f}s  = {o['pastes_per_s']:,.0f} pastes/s = "
           f"{results['ratio']:.0f}x the baseline\n"
           f"with check_ref_counts {o['total_s']:6.2f}s")
     v = results["verified"]

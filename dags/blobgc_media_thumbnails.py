@@ -9,27 +9,50 @@
    Jobs that can never succeed (not an image, a decompression bomb, an unknown bucket) go to
    `media-thumb-queue:dead` with the reason; that list keeps the newest 10,000 and the run's report
    counts what was dropped (`dead_letters_dropped`).
-2. **plan_shards** finds the shards of both buckets: one per leading character of the user ids.
+2. **plan_shards** fixes the run's plan and finds the shards of both buckets: one per leading
+   character of the user ids.
 3. **check_thumbnails** (mapped: one task per shard) lists the shard once, user by user: masters
    older than `min_age_hours` that lack a thumbnail size are queued again, unless their job was
    queued less than `min_age_hours` ago (the hash `media-thumb-queue:queued`); thumbnails older than
-   `min_age_hours` whose master is gone are owed for deletion. `min_age_hours` is at least 1.
-4. **delete_owed_objects** deletes them with DeleteObjects; a thumbnail whose master has come back
-   meanwhile (a profile slot uploaded anew) is kept.
-5. **report** records the totals.
+   `min_age_hours` whose master is gone go into the run's **plan** (`blobgc.plan_item`), with that
+   cut-off. `min_age_hours` is at least 1. A retry lists again and replaces what it planned.
+4. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
+   threshold it waits for a person to approve or reject. A dry run never waits.
+5. **owe_planned_objects** hands the plan's thumbnails to the outbox; **delete_owed_objects** deletes
+   them with DeleteObjects: a thumbnail whose master has come back meanwhile (a profile slot uploaded
+   anew), or that was written again since the plan, is kept.
+6. **report** records the totals and the plan's planned, deleted, skipped and failed counts (even when
+   the gate refused).
 
-`dry_run` changes nothing but the run's report: the queue is not drained (its lengths are
+With Param `from_plan` (a dry run's id), no shard is checked: the run makes its thumbnails (step 1),
+checks that plan (same DAG, finished, younger than `plan_max_age_hours`, executed by no other run) and
+deletes exactly it.
+
+`dry_run` changes nothing but the run's report and plan: the queue is not drained (its lengths are
 reported: jobs queued, in processing, dead-lettered), no master is queued (those that would be are
-counted) and no thumbnail is deleted (those that would be are counted).
+counted) and no thumbnail is deleted (those that would be are planned).
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
+from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, ThumbnailCheckResult, ThumbnailResult
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import OwedFromPlan, execution_report
+from blobgc.dag_kit import (
+    S3_POOL,
+    Step,
+    dag_defaults,
+    deleting_params,
+    deletion_gate,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    owe_planned_objects,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.variables import media_settings
 from demo_app.media import render_thumbnails
 
@@ -43,7 +66,8 @@ from demo_app.media import render_thumbnails
                             description="Orphan thumbnails younger than this are kept, and masters younger than this "
                                         "are not queued again (their job may still be on its way). At least 1."),
         max_jobs=Param(10000, type="integer", minimum=1,
-                       description="At most this many queued jobs per run; the rest wait for the next run.")),
+                       description="At most this many queued jobs per run; the rest wait for the next run."),
+        **plan_params()),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
 )
@@ -55,6 +79,8 @@ def blobgc_media_thumbnails():
 
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
+        if not fix_run_plan(step):
+            return []
         return [s.to_xcom() for s in media_cleanup.thumbnail_shards(step.s3, media_settings())]
 
     @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
@@ -68,10 +94,12 @@ def blobgc_media_thumbnails():
     shards = plan_shards()
     made >> shards
     checked = check_thumbnails.expand(shard=shards)
-    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()  # also when no shard had a task
-    checked >> drained
-    report_run(extra_counters=("dead_letters_dropped",), thumbnails=ThumbnailResult, objects=DrainResult)(
-        thumbnails=made, objects=drained)
+    owed = owe_planned_objects()()
+    drained = drain_owed_objects()()
+    checked >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
+    report_run(trigger_rule="none_failed", extra_counters=("dead_letters_dropped",), summaries={"plan": execution_report},
+               thumbnails=ThumbnailResult, owed=OwedFromPlan, objects=DrainResult)(
+        thumbnails=made, owed=owed, objects=drained)
 
 
 blobgc_media_thumbnails()

@@ -291,30 +291,34 @@ def last_dry_run(dag_id: str) -> str | None:
     return row[0] if row else None
 
 
-def sweep_from_plan_conf() -> dict:
-    """The real sweep executes exactly the plan its dry run made (README "Review, approve, undo")."""
-    plan = last_dry_run("blobgc_sweep")
-    return {"from_plan": plan} if plan else {}
+def from_plan(dag_id: str) -> Callable[[], dict]:
+    """The real run executes exactly the plan its dry run made, re-checking each item (README "Review, approve,
+    undo")."""
+    def conf() -> dict:
+        plan = last_dry_run(dag_id)
+        return {"from_plan": plan} if plan else {}
+
+    return conf
 
 
 DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_mark", {}),
     ("blobgc_sweep", {"dry_run": True}),
-    ("blobgc_sweep", sweep_from_plan_conf),
+    ("blobgc_sweep", from_plan("blobgc_sweep")),
     ("blobgc_restore", restore_conf),
     ("blobgc_paste_expiry", {"dry_run": True}),
-    ("blobgc_paste_expiry", {}),
+    ("blobgc_paste_expiry", from_plan("blobgc_paste_expiry")),
     ("blobgc_crawler", crawler_conf),
     ("blobgc_image_cleanup", {"dry_run": True}),
-    ("blobgc_image_cleanup", {}),
+    ("blobgc_image_cleanup", from_plan("blobgc_image_cleanup")),
     ("blobgc_generations", {"dry_run": True}),
-    ("blobgc_generations", {}),
+    ("blobgc_generations", from_plan("blobgc_generations")),
     ("blobgc_media_thumbnails", {"dry_run": True}),
     ("blobgc_media_thumbnails", {}),
     ("blobgc_media_staging", {"dry_run": True}),
-    ("blobgc_media_staging", {}),
+    ("blobgc_media_staging", from_plan("blobgc_media_staging")),
     ("blobgc_reconcile", {"dry_run": True}),
-    ("blobgc_reconcile", {}),
+    ("blobgc_reconcile", from_plan("blobgc_reconcile")),
 ]
 
 

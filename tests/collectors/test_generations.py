@@ -9,13 +9,15 @@ import psycopg
 import pytest
 
 from blobgc.collectors.generations import (
-    GenerationError, OpenedGeneration, ReferenceFilter, collect_generation, eligible_generations, open_generation,
+    GenerationError, OpenedGeneration, ReferenceFilter, collect_generation, collect_generations, eligible_generations,
+    execute_plan_part, open_generation, plan_generation, plan_part,
 )
 from blobgc.core.clients import pg_connect
 from blobgc.core.keys import mail_blob_id as blob_id_for
-from blobgc.core.locks import GENERATION_LOCK_CLASS
+from blobgc.core.locks import GENERATION_LOCK_CLASS, hold_generation_shared
 from blobgc.core.outbox import delete_owed_objects
-from blobgc.core.runs import RunRef
+from blobgc.core.plans import PlanRefused, execution_report, fix_plan
+from blobgc.core.runs import RunRef, finish_run
 from demo_app.mail import BlobGone, add_reference, delete_reference, lock_current_generation, store_blob
 from tests.helpers import backend_waiting_on_lock, wait_until
 from tests.support.generations import blobs, mail_keys, old_generation_with, run_ref
@@ -31,10 +33,10 @@ EXACT = 1e-9
 
 
 def iteration(conn, s3, bucket: str, run: RunRef, opened: OpenedGeneration, fpr: float = EXACT, **kwargs) -> dict:
-    """One run's collection and drain, as the DAG's collect and delete_owed_objects tasks do it."""
-    collected = {g: collect_generation(conn, run, generation=g, collectable=opened.collectable, bucket=bucket,
-                                       false_positive_rate=fpr, **kwargs)
-                 for g in eligible_generations(conn, opened)}
+    """One run's collection and drain, as the DAG's collect, delete_planned_blobs and delete_owed_objects tasks do
+    it (planning every generation first, then executing the plan; the gate is the DAG's)."""
+    collected = collect_generations(conn, run, eligible_generations(conn, opened), collectable=opened.collectable,
+                                    bucket=bucket, false_positive_rate=fpr, **kwargs)
     delete_owed_objects(conn, s3, run)
     return collected
 
@@ -170,12 +172,11 @@ def test_equal_content_in_two_generations_gives_two_blobs(conn, s3, bucket):
 
 def test_a_salted_false_positive_is_collected_by_a_later_run(conn, s3, bucket):
     referenced, garbage = old_generation_with(conn, s3, bucket, referenced=64, garbage=64)
-    run = run_ref(conn, "fp")
     opened = OpenedGeneration(3, opened=False)
 
-    def collect(salt: str) -> set[str]:
-        collect_generation(conn, run, generation=1, collectable=opened.collectable, bucket=bucket,
-                           false_positive_rate=0.3, salt=salt)
+    def collect(salt: str) -> set[str]:  # each attempt is a run of its own (a run plans once)
+        collect_generation(conn, run_ref(conn, f"fp {salt}"), generation=1, collectable=opened.collectable,
+                           bucket=bucket, false_positive_rate=0.3, salt=salt)
         return set(blobs(conn))
 
     # At a 30% false-positive rate, some of the 64 unreferenced blobs pass for referenced (all 64
@@ -193,7 +194,7 @@ def test_a_salted_false_positive_is_collected_by_a_later_run(conn, s3, bucket):
             break
     assert left == referenced
     assert deletions(conn) == []
-    delete_owed_objects(conn, s3, run)
+    delete_owed_objects(conn, s3, run_ref(conn, "fp drain"))  # drains what every run of the DAG owes
     assert mail_keys(s3, bucket) == {f"mail/{b}" for b in referenced}
 
 
@@ -315,28 +316,154 @@ def test_a_writer_arriving_during_collection_moves_to_the_current_generation(con
 
 
 def test_adding_a_reference_to_a_blob_being_collected(conn, other_conn, s3, bucket, test_dsn):
-    """A copied mail referencing an old blob either lands before the collector's scan (and keeps the
-    blob) or finds the blob gone (and must store the content again) - never a reference to nothing."""
-    referenced, garbage = old_generation_with(conn, s3, bucket, referenced=1, garbage=2)
-    doomed, saved = sorted(garbage)
-    assert add_reference(other_conn, owner_id="copy-of-saved", blob_id=saved) == 1  # before the collection
+    """A copied mail referencing an old blob either lands before the execution's exact re-check (the blob is
+    kept, skipped from the plan) or finds the blob gone (and must store the content again) - never a reference
+    to nothing. A copy made during the planning waits for the scan, then lands; the execution sees it."""
+    referenced, garbage = old_generation_with(conn, s3, bucket, referenced=1, garbage=4)
+    early, during, racing, doomed = sorted(garbage)
+    assert add_reference(other_conn, owner_id="copy-of-early", blob_id=early) == 1  # before the plan
+    run = run_ref(conn, "r")
+    fix_plan(conn, run, None, 24)
     started = threading.Event()
 
-    def hold_generation_then_collect() -> object:
+    def plan() -> object:
         with pg_connect(test_dsn) as own:
-            return collect_generation(own, run_ref(own, "r"), generation=1, collectable=1, bucket=bucket,
-                                      false_positive_rate=EXACT, on_scan_page=lambda _: started.set())
+            return plan_generation(own, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT,
+                                   on_scan_page=lambda _: started.set())
 
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(hold_generation_then_collect)
-        started.wait(10)
-        # during the collection the copy waits for the generation, then finds the blob gone
-        with pytest.raises(BlobGone):
-            add_reference(other_conn, owner_id="copy-of-doomed", blob_id=doomed)
-        result = future.result(timeout=30)
-    assert (result.blobs_deleted, result.blobs_kept) == (1, 1)
-    assert set(blobs(conn)) == referenced | {saved}
+        planning = pool.submit(plan)
+        assert started.wait(10)
+        # during the planning the copy waits for the generation, then lands on a blob the plan holds
+        assert add_reference(other_conn, owner_id="copy-of-during", blob_id=during) == 1
+        planned = planning.result(timeout=30)
+    assert (planned.blobs_planned, planned.blobs_kept) == (3, 1)
+
+    def execute() -> object:
+        with pg_connect(test_dsn) as own:
+            return execute_plan_part(own, run, part=plan_part(1))
+
+    pool = ThreadPoolExecutor(1)
+    with other_conn.transaction():  # a writer adding a reference to `racing`, still in its transaction
+        hold_generation_shared(other_conn, 1)
+        other_conn.execute("INSERT INTO gen.reference (owner_id, blob_id, generation) VALUES ('copy-of-racing', %s, 1)",
+                           (racing,))
+        executing = pool.submit(execute)
+        wait_until(lambda: backend_waiting_on_lock(conn, "pg_advisory_xact_lock"))  # the execution waits for it
+    result = executing.result(timeout=30)
+    pool.shutdown()
+    assert (result.blobs_deleted, result.skipped_rereferenced) == (1, 2)
+    # after the execution, a copy of the deleted blob finds it gone
+    with pytest.raises(BlobGone):
+        add_reference(other_conn, owner_id="copy-of-doomed", blob_id=doomed)
+    assert set(blobs(conn)) == referenced | {early, during, racing}
     assert conn.execute("SELECT count(*) FROM gen.reference WHERE blob_id = %s", (doomed,)).fetchone()[0] == 0
+    assert conn.execute("SELECT skipped_ids, skipped_keys FROM blobgc.plan_outcome WHERE run_id = 'r'").fetchone() == (
+        sorted([during, racing]), sorted([f"mail/{during}", f"mail/{racing}"]))
+    # the blobs kept (by the filter, or skipped) keep their deletions, for a later run
+    assert {b for b, _, _ in deletions(conn)} == {early, during, racing}
+    delete_owed_objects(conn, s3, run)
+    assert mail_keys(s3, bucket) == {f"mail/{b}" for b in referenced | {early, during, racing}}
+
+
+def finished_dry_run(conn, s3, bucket: str, run_id: str = "dry", **planning) -> RunRef:
+    """A dry run that planned generation 1, finished (as its report task finishes it)."""
+    dry = run_ref(conn, run_id, dry_run=True)
+    fix_plan(conn, dry, None, 24)
+    opened = open_generation(conn, dry)
+    for generation in eligible_generations(conn, opened):
+        plan_generation(conn, dry, generation=generation, collectable=opened.collectable, bucket=bucket,
+                        false_positive_rate=EXACT, **planning)
+    finish_run(conn, dry)
+    return dry
+
+
+def planned_items(conn, run_id: str) -> list[tuple]:
+    return conn.execute("SELECT part, collection, source, row_ids, keys, sizes, bytes FROM blobgc.plan_item "
+                        "WHERE run_id = %s ORDER BY id", (run_id,)).fetchall()
+
+
+def test_a_dry_runs_plan_executed_deletes_exactly_the_plan_and_skips_what_was_referenced_again(conn, s3, bucket):
+    referenced, garbage = old_generation_with(conn, s3, bucket, referenced=3, garbage=6)
+    dry = finished_dry_run(conn, s3, bucket, batch_size=4)
+    items = planned_items(conn, "dry")
+    assert [i[:3] for i in items] == [("generation 1", None, "gen.blob")] * 2  # 6 blobs in batches of 4
+    assert sorted(b for i in items for b in i[3]) == sorted(garbage)
+    assert sorted(k for i in items for k in i[4]) == sorted(f"mail/{b}" for b in garbage)
+    sizes = dict(conn.execute("SELECT blob_id, size_bytes FROM gen.blob").fetchall())
+    assert sum(i[6] for i in items) == sum(sizes[b] for b in garbage)
+    before = (blobs(conn), deletions(conn), mail_keys(s3, bucket))
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
+
+    # After the plan: a planned blob is referenced again (a copied mail), and a referenced blob becomes garbage.
+    rereferenced = sorted(garbage)[0]
+    add_reference(conn, owner_id="copy", blob_id=rereferenced)
+    newcomer = sorted(referenced)[0]
+    live = conn.execute("SELECT owner_id FROM gen.reference WHERE blob_id = %s", (newcomer,)).fetchone()[0]
+    delete_reference(conn, owner_id=live, blob_id=newcomer)
+    assert before[0] == blobs(conn)
+
+    real = run_ref(conn, "real")
+    assert fix_plan(conn, real, "dry", 24) == "dry"
+    opened = open_generation(conn, real, plans=False)
+    assert (opened.generation, opened.opened, eligible_generations(conn, opened)) == (4, True, [])  # plans nothing
+    for _ in range(2):  # a retried delete task deals with each item once
+        result = execute_plan_part(conn, real, part=plan_part(1))
+    delete_owed_objects(conn, s3, real)
+    assert set(blobs(conn)) == referenced | {rereferenced}  # the newcomer is not the plan's to delete
+    assert mail_keys(s3, bucket) == {f"mail/{b}" for b in referenced | {rereferenced}}
+    owed = conn.execute("SELECT array_agg(k ORDER BY k) FROM blobgc.deletion_log, unnest(keys) k "
+                        "WHERE run_id = 'real'").fetchone()[0]
+    assert owed == sorted(f"mail/{b}" for b in garbage - {rereferenced})
+    assert conn.execute("SELECT skipped_ids, skipped_keys FROM blobgc.plan_outcome WHERE run_id = 'real' "
+                        "AND skipped_ids <> '{}'").fetchall() == [([rereferenced], [f"mail/{rereferenced}"])]
+    # the re-referenced blob keeps its deletion, and so does the newcomer, for a later run
+    assert {b for b, _, _ in deletions(conn)} == {rereferenced, newcomer}
+
+    report = execution_report(conn, real)
+    assert {k: report[k] for k in ("plan", "planned_rows", "planned_objects", "planned_bytes", "items_done",
+                                   "skipped_rereferenced_rows", "skipped_rereferenced_objects", "failed_objects")} == {
+        "plan": "dry", "planned_rows": 6, "planned_objects": 6, "planned_bytes": sum(sizes[b] for b in garbage),
+        "items_done": 2, "skipped_rereferenced_rows": 1, "skipped_rereferenced_objects": 1, "failed_objects": 0}
+    assert (result.items, result.blobs_deleted, result.skipped_rereferenced) == (0, 0, 0)  # the retry: all done
+    figures = conn.execute("SELECT run_id, dry_run, blobs_deleted, deletions_cleared, blobs_kept, "
+                           "finished_at IS NOT NULL FROM blobgc.generation_collection ORDER BY run_id").fetchall()
+    assert figures == [("dry", True, 6, 6, 0, True), ("real", False, 5, 5, 1, True)]
+    assert conn.execute("SELECT dry_run, rows_deleted, objects_deleted FROM blobgc.run WHERE run_id = 'real'"
+                        ).fetchone() == (False, 5, 5)
+    with pytest.raises(PlanRefused, match="already executed"):  # a plan is executed once
+        fix_plan(conn, run_ref(conn, "again"), dry.run_id, 24)
+
+
+def test_a_retried_planning_task_plans_its_generation_once(conn, s3, bucket):
+    referenced, garbage = old_generation_with(conn, s3, bucket, referenced=2, garbage=5)
+    run = run_ref(conn, "real")
+    fix_plan(conn, run, None, 24)
+    for salt in ("attempt 1:", "attempt 2:"):
+        planned = plan_generation(conn, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT,
+                                  batch_size=2, salt=salt)
+        assert (planned.candidates, planned.blobs_planned, planned.blobs_kept) == (5, 5, 0)
+    assert sorted(b for i in planned_items(conn, "real") for b in i[3]) == sorted(garbage)
+    assert blobs(conn).keys() == referenced | garbage  # planning deletes nothing
+    assert conn.execute("SELECT attempts, blobs_deleted, blobs_kept, finished_at FROM blobgc.generation_collection"
+                        ).fetchone() == (2, 0, 0, None)
+    result = execute_plan_part(conn, run, part=plan_part(1))
+    assert (result.items, result.blobs_deleted, result.deletions_cleared) == (3, 5, 5)
+    with pytest.raises(PlanRefused, match="executed part of it"):  # once executing, the plan stays as it is
+        plan_generation(conn, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT)
+
+
+def test_a_deletion_whose_blob_has_no_row_is_planned_and_cleared(conn, s3, bucket):
+    referenced, garbage = old_generation_with(conn, s3, bucket, referenced=1, garbage=1)
+    ghost = ids(1, "ghost")[0]  # a deletion of generation 1 whose blob has no row (collected elsewhere)
+    conn.execute("INSERT INTO gen.deletion (blob_id, generation, deleted_at, gc_iteration) VALUES (%s, 1, now(), 3)",
+                 (ghost,))
+    result = collect_generation(conn, run_ref(conn, "real"), generation=1, collectable=1, bucket=bucket,
+                                false_positive_rate=EXACT)
+    assert (result.blobs_deleted, result.deletions_cleared, result.skipped_rereferenced) == (1, 2, 0)
+    assert [(sorted(i[3]), i[4]) for i in planned_items(conn, "real")] == [(sorted([*garbage, ghost]),
+                                                                   [f"mail/{b}" for b in garbage])]
+    assert deletions(conn) == [] and set(blobs(conn)) == referenced
 
 
 def test_dry_run_reports_and_changes_nothing(conn, s3, bucket):

@@ -1,4 +1,4 @@
-"""blobgc.collectors.image_cleanup: seed 001's rotten-image cleaner, its grace and its drain-time guard."""
+"""blobgc.collectors.image_cleanup: seed 001's rotten-image cleaner, its grace, its plan and its drain-time guard."""
 from __future__ import annotations
 
 import os
@@ -10,22 +10,45 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from blobgc.collectors.crawler import CrawlItem
-from blobgc.collectors.image_cleanup import delete_unbound_images
+from blobgc.collectors.image_cleanup import PART, execute_image_plan, plan_unbound_images
 from blobgc.core.clients import pg_connect, s3_client_from_env
 from blobgc.core.keys import image_keys
 from blobgc.core.outbox import delete_owed_objects
-from blobgc.core.runs import RunRef, ensure_run
+from blobgc.core.plans import execution_report, fix_plan
+from blobgc.core.runs import RunRef, ensure_run, finish_run
 from demo_app.images import CLEANUP_DAG, UnknownImage, attach_images, pre_upload
 from tests.helpers import NOW, backend_waiting_on_lock, object_keys, wait_until
 from tests.photo_server import jpeg
 from tests.support.images import SIZES, age_rows, drain, image_rows, run_crawl
 
 
+def plan(conn, settings, *, grace_days: int = 14, dry_run: bool = False, name: str = "cleanup",
+         from_plan: str | None = None, batch_size: int = 1000):
+    """A run that fixes its plan (its own, or `from_plan`'s) and, making its own, plans, as the DAG's first task."""
+    run = ensure_run(conn, RunRef(CLEANUP_DAG, name, dry_run))
+    if fix_plan(conn, run, from_plan, 24) != run.run_id:
+        return run, None
+    return run, plan_unbound_images(conn, run, cutoff=NOW - timedelta(days=grace_days), bucket=settings.bucket,
+                                    size_names=settings.sizes, batch_size=batch_size)
+
+
+def execute(conn, run, *, grace_days: int = 14):
+    return execute_image_plan(conn, run, cutoff=NOW - timedelta(days=grace_days))
+
+
 def cleanup(conn, settings, *, grace_days: int = 14, dry_run: bool = False, name: str = "cleanup"):
-    run = RunRef(CLEANUP_DAG, name, dry_run)
-    ensure_run(conn, run)
-    return run, delete_unbound_images(conn, run, cutoff=NOW - timedelta(days=grace_days), bucket=settings.bucket,
-                                      size_names=settings.sizes)
+    """A whole run as the DAG makes it (a gate that lets the plan through): plan, then execute; a dry run plans."""
+    run, planned = plan(conn, settings, grace_days=grace_days, dry_run=dry_run, name=name)
+    return run, planned if dry_run else execute(conn, run, grace_days=grace_days)
+
+
+def plan_items(conn, run_id: str) -> list[tuple]:
+    return conn.execute("SELECT row_ids, keys FROM blobgc.plan_item WHERE run_id = %s ORDER BY id",
+                        (run_id,)).fetchall()
+
+
+def row_id(conn, image_id: str) -> str:
+    return str(conn.execute("SELECT id FROM app.image WHERE image_id = %s", (image_id,)).fetchone()[0])
 
 
 def test_an_upload_that_dies_midway_leaves_its_files_owed_and_the_cleaner_deletes_them(
@@ -163,3 +186,90 @@ def test_a_writer_reusing_an_image_id_waits_for_the_drain_and_then_finds_it_gone
         with pytest.raises(UnknownImage):
             attach.result(30)
     assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+def test_a_dry_runs_plan_executed_deletes_exactly_the_planned_rows_and_files(conn, s3, settings, offers):
+    planned = [pre_upload(conn, s3, settings, jpeg(70 + i)) for i in range(3)]
+    age_rows(conn, 20)
+    dry, preview = plan(conn, settings, dry_run=True, name="dry")
+    finish_run(conn, dry)
+    assert (preview.rows_deleted, preview.images_deleted, preview.objects_owed) == (3, 3, 3 * len(SIZES))
+    assert sorted(k for _, keys in plan_items(conn, dry.run_id) for k in keys) == sorted(
+        k for i in planned for k in image_keys(i, SIZES))
+    assert conn.execute("SELECT count(*) FROM blobgc.deleted_object WHERE run_id = %s AND dry_run",
+                        (dry.run_id,)).fetchone()[0] == 3 * len(SIZES)  # the dry run's report, as before plans
+    # After the plan: one planned row is bound to an offer, one is touched, and a new row goes stale, unplanned.
+    gone, bound, touched = planned
+    bound_row, touched_row = row_id(conn, bound), row_id(conn, touched)
+    attach_images(conn, 1, [bound])
+    with conn.transaction():
+        conn.execute("UPDATE app.image SET last_update = now() WHERE image_id = %s", (touched,))
+    newcomer = pre_upload(conn, s3, settings, jpeg(79))
+    with conn.transaction():
+        conn.execute("UPDATE app.image SET last_update = now() - interval '20 days' WHERE image_id = %s", (newcomer,))
+
+    real, nothing = plan(conn, settings, name="real", from_plan=dry.run_id)
+    assert nothing is None and plan_items(conn, real.run_id) == []  # it plans nothing itself
+    result = execute(conn, real)
+    assert (result.items, result.rows_deleted, result.objects_owed) == (1, 1, len(SIZES))
+    assert (result.skipped_rows, result.skipped_objects) == (2, 2 * len(SIZES))
+    assert {r[0] for r in image_rows(conn)} == {bound, touched, newcomer}
+    outcome = conn.execute("SELECT rows_deleted, objects_owed, skipped_ids, skipped_keys FROM blobgc.plan_outcome "
+                           "WHERE run_id = %s", (real.run_id,)).fetchone()
+    assert outcome[:3] == (1, len(SIZES), sorted([bound_row, touched_row], key=int))
+    assert sorted(outcome[3]) == sorted(image_keys(bound, SIZES) + image_keys(touched, SIZES))
+    owed = {k for (k,) in conn.execute("SELECT key FROM blobgc.deleted_object WHERE run_id = %s", (real.run_id,))}
+    assert owed == set(image_keys(gone, SIZES))  # never a key outside the plan
+    drain(conn, s3)
+    assert object_keys(s3, settings.bucket) == {k for i in (bound, touched, newcomer) for k in image_keys(i, SIZES)}
+    report = execution_report(conn, real)
+    assert (report["plan"], report["planned_rows"], report["planned_objects"]) == (dry.run_id, 3, 3 * len(SIZES))
+    assert (report["skipped_rereferenced_rows"], report["skipped_rereferenced_objects"]) == (2, 2 * len(SIZES))
+    assert report["failed_objects"] == 0
+
+
+def test_planned_files_are_kept_when_their_image_id_has_a_row_again_at_delete_time(conn, s3, settings):
+    image_id = pre_upload(conn, s3, settings, jpeg(90))
+    age_rows(conn, 20)
+    run, planned = plan(conn, settings)
+    assert planned.objects_owed == len(SIZES)
+    with conn.transaction():  # a writer gives the image id a new row after the plan (the planned row stays stale)
+        conn.execute("INSERT INTO app.image (image_id, offer_id) VALUES (%s, NULL)", (image_id,))
+    result = execute(conn, run)
+    assert (result.rows_deleted, result.objects_owed, result.skipped_objects) == (1, 0, len(SIZES))
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
+    drain(conn, s3)
+    assert object_keys(s3, settings.bucket) == set(image_keys(image_id, SIZES))
+
+
+def test_an_image_ids_files_are_planned_once_in_the_item_of_its_last_stale_row(conn, s3, settings):
+    image_id = pre_upload(conn, s3, settings, jpeg(91))
+    with conn.transaction():
+        conn.execute("INSERT INTO app.image (image_id, offer_id) VALUES (%s, NULL)", (image_id,))
+    other = pre_upload(conn, s3, settings, jpeg(92))
+    age_rows(conn, 20)
+    run, planned = plan(conn, settings, batch_size=1)
+    assert (planned.batches, planned.rows_deleted, planned.objects_owed) == (3, 3, 2 * len(SIZES))
+    assert [len(keys) for _, keys in plan_items(conn, run.run_id)] == [0, len(SIZES), len(SIZES)]
+    result = execute(conn, run)
+    assert (result.items, result.rows_deleted, result.objects_owed, result.skipped_objects) == (
+        3, 3, 2 * len(SIZES), 0)
+    drain(conn, s3)
+    assert image_rows(conn) == [] and object_keys(s3, settings.bucket) == set()
+    assert other
+
+
+def test_a_retried_planning_task_plans_and_reports_each_row_once(conn, s3, settings):
+    for i in range(3):
+        pre_upload(conn, s3, settings, jpeg(93 + i))
+    age_rows(conn, 20)
+    plan(conn, settings, dry_run=True, name="retried", batch_size=2)
+    run, again = plan(conn, settings, dry_run=True, name="retried", batch_size=2)  # the task's second attempt
+    assert [len(row_ids) for row_ids, _ in plan_items(conn, run.run_id)] == [2, 1]
+    assert conn.execute("SELECT sum(cardinality(keys)) FROM blobgc.deletion_log WHERE run_id = %s AND dry_run "
+                        "AND part = %s", (run.run_id, PART)).fetchone()[0] == 3 * len(SIZES)
+    totals = conn.execute("SELECT rows_deleted, objects_deleted FROM blobgc.run WHERE run_id = %s",
+                          (run.run_id,)).fetchone()
+    assert totals == (3, 3 * len(SIZES)) == (again.rows_deleted, again.objects_owed)
+    assert len(image_rows(conn)) == 3 and len(object_keys(s3, settings.bucket)) == 3 * len(SIZES)

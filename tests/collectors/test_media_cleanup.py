@@ -15,16 +15,17 @@ import pytest
 from PIL import Image
 
 from blobgc.collectors.media_cleanup import (
-    MediaShard, check_thumbnails, delete_stale_staging, drain_thumbnail_queue, staging_shards, thumbnail_shards,
+    MediaShard, check_thumbnails, plan_stale_staging, drain_thumbnail_queue, staging_shards, thumbnail_shards,
 )
 from blobgc.core.clients import s3_client_from_env
 from blobgc.core.keys import master_key, rev_month, thumb_key
-from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import cutoff
 from blobgc.core.thumbnail_jobs import DEAD_LETTERS, DEAD_LETTER_CAP, PROCESSING, QUEUE, QUEUED
 from demo_app.media import MediaError, finalize, presign_profile_upload, presign_upload, render_thumbnails
 from tests.helpers import ROOT, backdate_object, backdate_objects
-from tests.support.media import DAY, OTHER, USER, age_queued_entry, heic, jpeg, keys, png, run_ref, uploaded
+from tests.support.media import (
+    DAY, OTHER, USER, age_queued_entry, delete_planned, heic, jpeg, keys, png, run_ref, uploaded,
+)
 
 
 def test_poison_jobs_go_to_the_dead_letter_list(s3, redis, media):
@@ -83,11 +84,11 @@ def test_stale_staging_is_removed_and_fresh_staging_stays(conn, s3, media):
         (media.images_bucket, "staging/0"), (media.images_bucket, "staging/a"),
         (media.profiles_bucket, "profiles-staging/0")}
     run = run_ref(conn, "blobgc_media_staging")
-    found = [delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60)) for shard in shards]
-    delete_stale_staging(conn, s3, run, shards[0], cutoff=cutoff(run, minutes=60))  # a retry owes its keys once
+    found = [plan_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60)) for shard in shards]
+    plan_stale_staging(conn, s3, run, shards[0], cutoff=cutoff(run, minutes=60))  # a retry plans its keys once
     assert sum(f.stale for f in found) == 4 and sum(f.fresh for f in found) == 1
     assert sum(f.unexpected for f in found) == 0
-    drained = delete_owed_objects(conn, s3, run)
+    drained = delete_planned(conn, s3, run)
     assert drained.objects_deleted == 4
     assert keys(s3, media.images_bucket, "staging/") == [fresh]
     assert keys(s3, media.profiles_bucket, "profiles-staging/") == []
@@ -100,7 +101,7 @@ def test_staging_younger_than_a_presign_lifetime_is_never_deleted(conn, s3, medi
     run = run_ref(conn, "blobgc_media_staging")
     for shard in staging_shards(s3, media):
         # even a max age of 0 (the run's own reference time as the cutoff), the floor keeps a live upload
-        assert delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=0)).stale == 0
+        assert plan_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=0)).stale == 0
     assert keys(s3, media.images_bucket, "staging/") == [staged]
 
 
@@ -125,11 +126,11 @@ def test_reserved_user_ids_staging_cleaner_deletes_only_the_staging_layout(conn,
     backdate_objects(s3, media.profiles_bucket, 2 * DAY)
 
     run = run_ref(conn, "blobgc_media_staging")
-    found = [delete_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60))
+    found = [plan_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60))
              for shard in staging_shards(s3, media)]
     assert sum(f.stale for f in found) == 2
     assert sum(f.unexpected for f in found) == len(theirs_images + odd_images + theirs_profiles + odd_profiles)
-    assert delete_owed_objects(conn, s3, run).objects_deleted == 2
+    assert delete_planned(conn, s3, run).objects_deleted == 2
     assert sorted(keys(s3, media.images_bucket)) == sorted(theirs_images + odd_images)
     assert sorted(keys(s3, media.profiles_bucket)) == sorted(theirs_profiles + odd_profiles)
     assert abandoned not in keys(s3, media.images_bucket)
@@ -167,7 +168,7 @@ def test_orphan_thumbnails_are_removed_and_missing_ones_queued(conn, s3, redis, 
     for shard in shards:
         check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=24))
     assert [json.loads(j)["originalKey"] for j in redis.lrange(QUEUE, 0, -1)] == [lacking]
-    assert delete_owed_objects(conn, s3, run).objects_deleted == 3
+    assert delete_planned(conn, s3, run).objects_deleted == 3
     assert keys(s3, media.profiles_bucket) == []
     stem = deleted.split("/")[-1][:16]
     assert all(stem not in k for k in keys(s3, media.images_bucket))
@@ -183,7 +184,7 @@ def test_an_orphan_icon_whose_master_returns_is_kept(conn, s3, redis, media):
     assert check_thumbnails(conn, s3, redis, run, shard, media, cutoff=cutoff(run, hours=24)).orphans == 1
     # the user uploads a new avatar before the deletion runs
     s3.put_object(Bucket=media.profiles_bucket, Key=f"{USER}/masters/avatar.jpg", Body=jpeg())
-    assert delete_owed_objects(conn, s3, run).objects_deleted == 0
+    assert delete_planned(conn, s3, run).objects_deleted == 0
     assert icon in keys(s3, media.profiles_bucket)
 
 
@@ -244,3 +245,40 @@ def test_dead_letter_cap_keeps_the_newest_and_counts_what_is_dropped(s3, redis, 
     assert json.loads(redis.lindex(DEAD_LETTERS, 0))["job"] == "not json 3"
     with pytest.raises(ValueError, match="dead-letter cap"):
         drain_thumbnail_queue(redis, s3, media, render_thumbnails, dead_letter_cap=0)
+
+
+def test_a_staging_plan_executed_deletes_exactly_its_uploads_and_keeps_one_written_again(conn, s3, media):
+    planned = [uploaded(s3, media, jpeg(), user=u) for u in (USER, OTHER, USER)]
+    backdate_objects(s3, media.images_bucket, 2 * 3600, "staging/")
+    run = run_ref(conn, "blobgc_media_staging")
+    for shard in staging_shards(s3, media):
+        plan_stale_staging(conn, s3, run, shard, cutoff=cutoff(run, minutes=60))
+    in_plan = {k for (k,) in conn.execute("SELECT unnest(keys) FROM blobgc.plan_item WHERE run_id = %s",
+                                          (run.run_id,))}
+    assert in_plan == set(planned)
+    assert keys(s3, media.images_bucket, "staging/") == sorted(planned)  # planning deletes nothing
+    # after the plan: one planned upload is written again, and a new abandoned upload appears
+    s3.put_object(Bucket=media.images_bucket, Key=planned[0], Body=jpeg(color=(1, 2, 3)))
+    late = uploaded(s3, media, jpeg(), user=OTHER)
+    backdate_object(media.images_bucket, late, 2 * 3600)
+
+    assert delete_planned(conn, s3, run).objects_deleted == 2
+    assert sorted(keys(s3, media.images_bucket, "staging/")) == sorted([planned[0], late])
+    kept = conn.execute("SELECT sum(cardinality(s.keys)) FROM blobgc.deletion_settlement s JOIN blobgc.deletion_log l "
+                        "ON l.id = s.log_id WHERE l.run_id = %s AND s.outcome = 'kept'", (run.run_id,)).fetchone()[0]
+    assert kept == 1
+
+
+def test_a_dry_runs_thumbnail_plan_is_logged_and_replanned_once_on_retry(conn, s3, redis, media):
+    icon = f"{USER}/thumbs/avatar_64x64.webp"
+    s3.put_object(Bucket=media.profiles_bucket, Key=icon, Body=b"RIFF")
+    backdate_object(media.profiles_bucket, icon, 2 * DAY)
+    dry = run_ref(conn, "blobgc_media_thumbnails", dry_run=True)
+    shard = MediaShard(media.profiles_bucket, "0", "icon")
+    for _ in range(2):  # the task and its retry
+        assert check_thumbnails(conn, s3, redis, dry, shard, media, cutoff=cutoff(dry, hours=24)).orphans == 1
+    assert conn.execute("SELECT keys, bytes, modified_before IS NOT NULL FROM blobgc.plan_item WHERE run_id = %s",
+                        (dry.run_id,)).fetchall() == [([icon], 4, True)]
+    assert conn.execute("SELECT keys FROM blobgc.deletion_log WHERE run_id = %s AND dry_run",
+                        (dry.run_id,)).fetchall() == [([icon],)]
+    assert keys(s3, media.profiles_bucket) == [icon]

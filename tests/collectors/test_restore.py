@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from blobgc.collectors.paste_expiry import expire_pastes
+from blobgc.collectors.paste_expiry import expire_due_pastes
 from blobgc.collectors.restore import RestoreRefused, cancel_owed_deletions, plan_restore, restore_objects, restore_rows
 from blobgc.core.keys import blob_keys, content_key
 from blobgc.core.outbox import delete_owed_objects
@@ -52,7 +52,7 @@ def test_restore_says_which_rows_it_cannot_bring_back_and_a_retry_repeats_nothin
     keys = [content_key(p.content_hash) for p in pastes]
     run = RunRef("blobgc_paste_expiry", "expiry-1", False)
     ensure_run(conn, run, NOW)
-    expire_pastes(conn, run, expired_before=NOW, bucket=versioned_bucket)
+    expire_due_pastes(conn, run, expired_before=NOW, bucket=versioned_bucket)
     delete_owed_objects(conn, RefusingOneKey(s3, keys[2]), run)  # two deleted, one still owed
     assert object_keys(s3, versioned_bucket) == {keys[2]}
 

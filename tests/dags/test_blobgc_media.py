@@ -8,12 +8,11 @@ import pytest
 
 from blobgc.collectors.media_cleanup import MediaShard, check_min_age, check_thumbnails
 from blobgc.core.keys import rev_month
-from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import cutoff
 from blobgc.core.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
 from demo_app.media import finalize
 from tests.helpers import backdate_object, backdate_objects, run_dag
-from tests.support.media import DAY, OTHER, USER, age_queued_entry, jpeg, keys, run_ref, uploaded
+from tests.support.media import DAY, OTHER, USER, age_queued_entry, delete_planned, jpeg, keys, run_ref, uploaded
 
 
 def queue_state(redis) -> dict:
@@ -96,4 +95,43 @@ def test_min_age_floor_is_refused_below_one_hour(conn, s3, redis, media):
     with pytest.raises(ValueError, match="min_age_hours must be at least 1 hour"):
         check_thumbnails(conn, s3, redis, run, MediaShard(media.profiles_bucket, "0", "icon"), media,
                          cutoff=cutoff(run, minutes=30))
-    assert delete_owed_objects(conn, s3, run).objects_deleted == 0 and keys(s3, media.profiles_bucket) == [icon]
+    assert delete_planned(conn, s3, run).objects_deleted == 0 and keys(s3, media.profiles_bucket) == [icon]
+
+
+def test_staging_from_plan_deletes_exactly_the_dry_runs_plan(conn, s3, redis, media):
+    env = {"AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX": media.bucket_prefix}
+    planned = [uploaded(s3, media, jpeg(), user=u) for u in (USER, OTHER, USER)]
+    backdate_objects(s3, media.images_bucket, 2 * 3600, "staging/")
+    dry = run_dag("blobgc_media_staging", conf={"dry_run": True}, env_extra=env)
+    assert dry.returncode == 0, dry.output[-3000:]
+    assert sorted(keys(s3, media.images_bucket, "staging/")) == sorted(planned)
+    # after the plan: one planned upload is uploaded again, and a new upload is abandoned
+    s3.put_object(Bucket=media.images_bucket, Key=planned[1], Body=jpeg(color=(9, 9, 9)))
+    late = uploaded(s3, media, jpeg())
+    backdate_object(media.images_bucket, late, 2 * 3600)
+
+    real = run_dag("blobgc_media_staging", conf={"from_plan": dry.run_id}, env_extra=env)
+    assert real.returncode == 0, real.output[-3000:]
+    assert sorted(keys(s3, media.images_bucket, "staging/")) == sorted([planned[1], late])
+    report = conn.execute("SELECT details->'plan', objects_deleted FROM blobgc.run WHERE run_id = %s",
+                          (real.run_id,)).fetchone()
+    assert report[0]["planned_objects"] == 3 and report[0]["skipped_rereferenced_objects"] == 1
+    assert report[0]["failed_objects"] == 0 and report[1] == 2
+    assert report[0]["gate"]["decision"] == "passed"
+
+
+def test_thumbnails_from_plan_keeps_an_icon_whose_master_came_back(conn, s3, redis, media):
+    env = {"AIRFLOW_VAR_BLOBGC_MEDIA_BUCKET_PREFIX": media.bucket_prefix}
+    icons = [f"{user}/thumbs/avatar_64x64.webp" for user in (USER, OTHER)]
+    for icon in icons:
+        s3.put_object(Bucket=media.profiles_bucket, Key=icon, Body=b"RIFF")
+    backdate_objects(s3, media.profiles_bucket, 2 * DAY)
+    dry = run_dag("blobgc_media_thumbnails", conf={"dry_run": True}, env_extra=env)
+    assert dry.returncode == 0, dry.output[-3000:]
+    s3.put_object(Bucket=media.profiles_bucket, Key=f"{OTHER}/masters/avatar.jpg", Body=jpeg())  # a new avatar
+
+    real = run_dag("blobgc_media_thumbnails", conf={"from_plan": dry.run_id}, env_extra=env)
+    assert real.returncode == 0, real.output[-3000:]
+    assert icons[0] not in keys(s3, media.profiles_bucket) and icons[1] in keys(s3, media.profiles_bucket)
+    plan = conn.execute("SELECT details->'plan' FROM blobgc.run WHERE run_id = %s", (real.run_id,)).fetchone()[0]
+    assert (plan["planned_objects"], plan["skipped_rereferenced_objects"]) == (2, 1)

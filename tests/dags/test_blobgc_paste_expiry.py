@@ -11,6 +11,11 @@ from tests.helpers import FAR_FUTURE, cached_keys, object_keys, run_dag
 from tests.support.pastes import FUTURE, PAST
 
 
+def report_of(conn, run_id: str) -> dict:
+    return conn.execute("SELECT details FROM blobgc.run WHERE dag_id = 'blobgc_paste_expiry' AND run_id = %s",
+                        (run_id,)).fetchone()[0]
+
+
 def test_airflow_dag_with_s3_down_then_a_rerun_cleans_everything(conn, s3, bucket, redis, redis_prefix):
     codes = [create_paste(conn, s3, redis, bucket=bucket, content=f"dag {i}".encode(), expires_at=PAST,
                           redis_prefix=redis_prefix).short_code for i in range(12)]
@@ -55,3 +60,33 @@ def test_future_logical_date_paste_expiry_expires_only_what_is_due_now(conn, s3,
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     left = {r[0] for r in conn.execute("SELECT short_code FROM app.paste")}
     assert left == {tomorrow.short_code} and due.short_code not in left
+    # a real run without from_plan plans itself, passes the gate, and executes its plan
+    assert result.task_states["gate"] == "success" and result.task_states["plan_expiry[0]"] == "success"
+    assert object_keys(s3, bucket) == {content_key(tomorrow.content_hash)}
+    assert cached_keys(redis, redis_prefix) == {f"{redis_prefix}{tomorrow.short_code}"}
+    report = report_of(conn, result.run_id)["plan"]
+    assert (report["plan"], report["planned_rows"], report["planned_objects"]) == (result.run_id, 1, 1)
+    assert report["gate"]["decision"] == "passed" and report["skipped_rereferenced_rows"] == 0
+
+
+def test_a_dry_runs_plan_executed_from_plan_skips_a_paste_extended_since(conn, s3, bucket, redis, redis_prefix):
+    env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket, "AIRFLOW_VAR_BLOBGC_PASTE_REDIS_PREFIX": redis_prefix}
+    gone, extended = (create_paste(conn, s3, redis, bucket=bucket, content=c, expires_at=PAST,
+                                   redis_prefix=redis_prefix) for c in (b"planned, gone", b"planned, extended"))
+    dry = run_dag("blobgc_paste_expiry", conf={"dry_run": True}, env_extra=env)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    assert conn.execute("SELECT count(*) FROM app.paste").fetchone()[0] == 2 and len(object_keys(s3, bucket)) == 2
+    with conn.transaction():  # needed again after the plan was made
+        conn.execute("UPDATE app.paste SET expires_at = %s WHERE short_code = %s", (FUTURE, extended.short_code))
+
+    real = run_dag("blobgc_paste_expiry", conf={"from_plan": dry.run_id}, env_extra=env)
+    assert real.returncode == 0, (real.stdout + real.stderr)[-3000:]
+    assert real.task_states["plan_expiry"] == "skipped"  # nothing planned anew
+    assert {r[0] for r in conn.execute("SELECT short_code FROM app.paste")} == {extended.short_code}
+    assert object_keys(s3, bucket) == {content_key(extended.content_hash)}
+    assert cached_keys(redis, redis_prefix) == {f"{redis_prefix}{extended.short_code}"}
+    report = report_of(conn, real.run_id)["plan"]
+    assert (report["plan"], report["planned_rows"], report["planned_objects"]) == (dry.run_id, 2, 2)
+    assert (report["skipped_rereferenced_rows"], report["skipped_rereferenced_objects"]) == (1, 1)
+    assert report["gate"]["decision"] == "passed" and report["failed_objects"] == 0
+    assert gone.short_code

@@ -15,16 +15,20 @@ EXPECTED_TASKS = {
     "blobgc_sweep": {"plan_shards", "plan_deletions", "gate", "plan_parts", "retry_owed_objects", "delete_unused_blobs",
                      "delete_owed_objects", "report"},
     "blobgc_crawler": {"stage_requests", "crawl_batch", "report"},
-    "blobgc_image_cleanup": {"delete_unbound_images", "delete_owed_objects", "report"},
+    "blobgc_image_cleanup": {"plan_unbound_images", "gate", "delete_unbound_images", "delete_owed_objects",
+                             "report"},
     "blobgc_reconcile": {"plan_shards", "reconcile_shard", "gate", "owe_planned_objects", "delete_owed_objects",
                          "report"},
-    "blobgc_paste_expiry": {"check_ref_counts", "plan_expiry", "expire_pastes", "delete_owed_objects", "purge_cache_keys", "report"},
-    "blobgc_generations": {"open_generation", "plan_collection", "collect", "delete_owed_objects", "report"},
-    "blobgc_media_staging": {"plan_shards", "delete_stale_staging", "delete_owed_objects", "report"},
+    "blobgc_paste_expiry": {"check_ref_counts", "expiry_ranges", "plan_expiry", "gate", "plan_parts", "expire_pastes",
+                            "delete_owed_objects", "purge_cache_keys", "report"},
+    "blobgc_generations": {"open_generation", "plan_collection", "collect", "gate", "plan_parts", "delete_planned_blobs",
+                           "delete_owed_objects", "report"},
+    "blobgc_media_staging": {"plan_shards", "plan_stale_staging", "gate", "owe_planned_objects", "delete_owed_objects",
+                             "report"},
     "blobgc_restore": {"plan_restore", "cancel_owed_deletions", "restore_objects", "restore_rows",
                        "collections_with_rows", "restore_collection_rows", "report"},
-    "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "delete_owed_objects",
-                                "report"},
+    "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "gate",
+                                "owe_planned_objects", "delete_owed_objects", "report"},
 }
 # CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
 # does the generations DAG (its grace is the n-2 rule); its own Param is false_positive_rate
@@ -134,8 +138,11 @@ def test_crawler_params(dagbag):
 def test_paste_expiry_steps_are_separate_tasks_in_order(dagbag):
     """Database batch, S3 deletions and Redis purge are separate tasks, joined through PostgreSQL."""
     dag = dagbag.dags["blobgc_paste_expiry"]
-    assert dag.get_task("check_ref_counts").downstream_task_ids >= {"plan_expiry"}
-    assert dag.get_task("plan_expiry").downstream_task_ids >= {"expire_pastes"}
+    assert dag.get_task("check_ref_counts").downstream_task_ids >= {"expiry_ranges"}
+    assert dag.get_task("expiry_ranges").downstream_task_ids >= {"plan_expiry"}
+    assert dag.get_task("plan_expiry").downstream_task_ids >= {"gate"}
+    assert dag.get_task("gate").downstream_task_ids >= {"plan_parts"}
+    assert dag.get_task("plan_parts").downstream_task_ids >= {"expire_pastes"}
     assert dag.get_task("expire_pastes").downstream_task_ids >= {"delete_owed_objects", "purge_cache_keys"}
     assert "purge_cache_keys" not in dag.get_task("delete_owed_objects").downstream_task_ids
 

@@ -8,6 +8,8 @@ import pytest
 import requests
 from PIL import Image
 
+from blobgc.core.outbox import DrainResult, delete_owed_objects
+from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan, owe_planned_objects
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.core.settings import MediaSettings
 from blobgc.core.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
@@ -81,8 +83,16 @@ def uploaded(s3, media: MediaSettings, body: bytes, filename: str = "photo.jpg",
 
 
 def run_ref(conn, dag_id: str, dry_run: bool = False) -> RunRef:
-    """A run as a DAG task gets it: recorded, with its reference time (the database's now())."""
-    return ensure_run(conn, RunRef(dag_id, f"test-{uuid.uuid4().hex[:8]}", dry_run))
+    """A run as a DAG task gets it: recorded, with its reference time (the database's now()), making its own plan."""
+    run = ensure_run(conn, RunRef(dag_id, f"test-{uuid.uuid4().hex[:8]}", dry_run))
+    fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
+    return run
+
+
+def delete_planned(conn, s3, run: RunRef) -> DrainResult:
+    """What the DAG does once the gate let the run's plan through: owe the planned objects, then drain them."""
+    owe_planned_objects(conn, run)
+    return delete_owed_objects(conn, s3, run)
 
 
 def age_queued_entry(redis, bucket: str, key: str, seconds: float) -> None:

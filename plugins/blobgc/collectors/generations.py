@@ -5,19 +5,25 @@ reference generation only, a blob id is `{sha256 of the content}-g{generation}`
 (`blobgc.core.keys.mail_blob_id`), and deleting a `gen.reference` row records a `gen.deletion`
 row in the same transaction (a trigger), so no caller can forget one.
 
-**Collecting.** `open_generation` starts a new generation (once per run). `collect_generation`
-then collects one generation `g <= current - 2` (the ADR's n-2 rule): it streams every live
-reference to a blob of `g` into a bloom filter, walks the blobs with pending deletions, and
-deletes those the filter has never seen (their `gen.blob` rows and deletions, their objects
-through the outbox). Blobs the filter holds keep their deletions, for the next run: the filter is
-salted per attempt, so a false positive does not protect the same garbage forever. A bloom filter
-only errs towards keeping, and a scan that fails raises before anything is deleted.
+**Collecting plans first, then deletes exactly its plan** (issue 20, `blobgc.core.plans`).
+`open_generation` starts a new generation (once per run). `plan_generation` then plans one
+generation `g <= current - 2` (the ADR's n-2 rule): it streams every live reference to a blob of
+`g` into a bloom filter, walks the blobs with pending deletions, and plans those the filter has
+never seen (part `generation {g}`: their blob ids, `mail/` keys and sizes), deleting nothing.
+Blobs the filter holds keep their deletions, for the next run: the filter is salted per attempt,
+so a false positive does not protect the same garbage forever. A bloom filter only errs towards
+keeping, and a scan that fails raises before anything is planned. After the gate,
+`execute_plan_part` deletes the plan's blobs, re-checking each one *exactly* (no filter): a blob
+that a reference points at again is skipped and recorded, never deleted; the others lose their
+`gen.blob` rows and deletions, and their objects are owed through the outbox. A run with Param
+`from_plan` executes a dry run's plan this way and plans nothing.
 
 **Races.** The n-2 rule alone relies on timing: a writer that read the current generation just
 before two switches could still be adding a reference to a blob of `g`. So writers hold the
-generation they write into shared until they commit, and the collector holds it alone from before
-its scan until its last deletion (`blobgc.core.locks`). Either the writer committed first (the scan
-sees its reference) or it waits and then finds a newer current generation (it never touches `g`).
+generation they write into shared until they commit; the planner holds it alone from before its
+scan until its plan is made, and the execution holds it alone in each transaction that re-checks
+and deletes (`blobgc.core.locks`). Either the writer committed first (the scan, or the re-check,
+sees its reference) or it waits and then finds a newer current generation, or the blob gone.
 
 **The filter** is rbloom's `Bloom` (Rust, maintained, the optimal `-n ln p / ln² 2` bits: 1.20 MB
 per million entries at 1%), sized for the number of blobs in the generation, so it never holds
@@ -39,11 +45,20 @@ from psycopg import IsolationLevel
 
 from blobgc.core import queries
 from blobgc.core.keys import MAIL_BLOBS, mail_key
-from blobgc.core.locks import collecting_generation, hold_generation_opening
+from blobgc.core.locks import collecting_generation, hold_generation_alone, hold_generation_opening
 from blobgc.core.objects import check_batch_size
-from blobgc.core.outbox import record_deletions, record_in_batches
-from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts
+from blobgc.core.outbox import record_deletions
+from blobgc.core.plans import (
+    PLAN_MAX_AGE_HOURS,
+    add_plan_item,
+    fix_plan,
+    pending_items,
+    record_outcome,
+    restart_plan_part,
+)
+from blobgc.core.results import TaskResult
+from blobgc.core.runs import RunRef, add_counts, restart_dry_run_part
+from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +76,7 @@ class GenerationError(RuntimeError):
 class OpenedGeneration(TaskResult):
     generation: int = 0  # the run's generation: on a dry run, the one a real run would open now
     opened: bool = False  # False: a retry found its run's generation, or a dry run opened nothing
+    plans: bool = True  # False: the run executes a dry run's plan (Param from_plan) and plans nothing itself
 
     @property
     def collectable(self) -> int:
@@ -68,10 +84,11 @@ class OpenedGeneration(TaskResult):
         return self.generation - GENERATION_LAG
 
 
-def open_generation(conn: psycopg.Connection, run: RunRef) -> OpenedGeneration:
+def open_generation(conn: psycopg.Connection, run: RunRef, *, plans: bool = True) -> OpenedGeneration:
     """Open the run's new reference generation; a retry of the same run gets the same one back.
 
-    A dry run opens nothing and reports the generation a real run would open.
+    A dry run opens nothing and reports the generation a real run would open. `plans` False: the run
+    executes a dry run's plan (it still opens its generation, as every run does) and plans nothing.
     """
     key = {"dag_id": run.dag_id, "run_id": run.run_id}
     with conn.transaction():
@@ -79,17 +96,19 @@ def open_generation(conn: psycopg.Connection, run: RunRef) -> OpenedGeneration:
         row = conn.execute(queries.load("generations/select_opened_generation"), key).fetchone()
         if row is not None:
             log.info("run %s already opened generation %d", run.run_id, row[0])
-            return OpenedGeneration(row[0], opened=False)
+            return OpenedGeneration(row[0], opened=False, plans=plans)
         if run.dry_run:
             current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
-            return OpenedGeneration((current or 0) + 1, opened=False)
+            return OpenedGeneration((current or 0) + 1, opened=False, plans=plans)
         (generation,) = conn.execute(queries.load("generations/insert_generation"), key).fetchone()
     log.info("opened reference generation %d", generation)
-    return OpenedGeneration(generation, opened=True)
+    return OpenedGeneration(generation, opened=True, plans=plans)
 
 
 def eligible_generations(conn: psycopg.Connection, opened: OpenedGeneration) -> list[int]:
-    """The generations the run may collect that have pending deletions, oldest first."""
+    """The generations the run may collect that have pending deletions, oldest first; none when it plans nothing."""
+    if not opened.plans:
+        return []
     return [r[0] for r in conn.execute(queries.load("generations/select_eligible_generations"),
                                        {"up_to": opened.collectable})]
 
@@ -160,23 +179,60 @@ def build_reference_filter(
     return refs
 
 
+def plan_part(generation: int) -> str:
+    """The name of a generation's part of a run's plan (and of its dry-run report)."""
+    return f"generation {generation}"
+
+
+def generation_of_part(part: str) -> int:
+    """The generation a plan part (`plan_part`) belongs to."""
+    prefix = plan_part(0)[:-1]
+    if not part.startswith(prefix) or not part[len(prefix):].isdigit():
+        raise ValueError(f"{part!r} is not a part of a blobgc_generations plan (expected {prefix!r} and a number)")
+    return int(part[len(prefix):])
+
+
 @dataclass
-class CollectResult(TaskResult):
-    """One generation's collection; on a dry run, what would go."""
+class GenerationPlan(TaskResult):
+    """One generation's plan: its reference scan, and the blobs the filter has never seen (on a dry run, the report)."""
 
     generation: int
     references_scanned: int = 0
     filter_bytes: int = 0
     candidates: int = 0  # distinct blobs with pending deletions
+    blobs_planned: int = 0  # blobs with a row, planned for deletion with their mail/ objects
+    bytes_planned: int = 0
+    deletions_planned: int = 0  # deletions that go with them (and with row-less blob ids)
+    blobs_kept: int = 0  # in the filter: referenced, or a false positive left for a later run
+
+
+@dataclass
+class GenerationExecution(TaskResult):
+    """What executing one generation's part of a plan did."""
+
+    generation: int = 0
+    items: int = 0
     blobs_deleted: int = 0
     bytes_reclaimed: int = 0
     deletions_cleared: int = 0
-    blobs_kept: int = 0  # in the filter: referenced, or a false positive left for a later run
-    keys: list[str] = local()  # a dry run's keys that would go
-    sizes: list[int | None] = local()
+    skipped_rereferenced: int = 0  # planned blob ids kept: referenced again since the plan (or gone meanwhile)
 
 
-def collect_generation(
+def check_collectable(generation: int, collectable: int) -> None:
+    if generation > collectable:
+        raise GenerationError(f"generation {generation} is too recent to collect: this run may collect "
+                              f"generations up to {collectable} (current - {GENERATION_LAG})")
+
+
+def check_old_enough(conn: psycopg.Connection, generation: int) -> None:
+    """Refuse a generation newer than the database's current generation - 2."""
+    current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
+    if current is None or generation > current - GENERATION_LAG:
+        raise GenerationError(f"generation {generation} is too recent to collect: the current generation "
+                              f"is {current}")
+
+
+def plan_generation(
     conn: psycopg.Connection,
     run: RunRef,
     *,
@@ -190,65 +246,63 @@ def collect_generation(
     on_scan_page: Callable[[int], None] | None = None,
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
-) -> CollectResult:
-    """Collect one generation: delete its blobs with pending deletions that no live reference names.
+) -> GenerationPlan:
+    """Plan one generation's collection: its blobs with pending deletions that no live reference names.
 
     `collectable` is the newest generation the run may collect (its own generation - 2); anything
-    newer is refused. The generation is held exclusively throughout (see the module's "Races"). The
-    filter is built completely before anything is deleted. Then each batch of `batch_size`
-    candidate blobs is one transaction: delete the unreferenced blobs' rows and deletions, log and
-    owe their `mail/` objects, count them. With `workers` > 1 and `connect`, that many connections
-    walk disjoint ranges of the candidates side by side. A retry rebuilds the filter (with a new
-    salt) and goes on with what is left. A dry run changes nothing and writes its report once.
+    newer is refused. The generation is held alone from before the reference scan to the end of the
+    walk (see the module's "Races"), and the filter is built completely before anything is planned.
+    Then each batch of `batch_size` candidate blobs the filter has never seen becomes one plan item
+    (part `generation {n}`: their ids, `mail/` keys and sizes; ids with no row at all carry no key).
+    Nothing is deleted. With `workers` > 1 and `connect`, that many connections walk disjoint ranges
+    of the candidates side by side. A retry plans its generation again from scratch (with a new salt).
+    On a dry run this is also the report: its keys in `blobgc.deletion_log` (dry_run = true).
     """
     check_batch_size(batch_size)
     if not 0 < false_positive_rate < 1:
         raise ValueError(f"false_positive_rate must be between 0 and 1, not {false_positive_rate}")
-    if generation > collectable:
-        raise GenerationError(f"generation {generation} is too recent to collect: this run may collect "
-                              f"generations up to {collectable} (current - {GENERATION_LAG})")
-    result = CollectResult(generation)
-    key = {"dag_id": run.dag_id, "run_id": run.run_id, "generation": generation}
+    check_collectable(generation, collectable)
+    part = plan_part(generation)
+    restart_dry_run_part(conn, run, part)  # a retried dry run reports its generation once
+    restart_plan_part(conn, run, part)  # and a retried planning task plans it once
+    result = GenerationPlan(generation)
     with collecting_generation(conn, generation):
         if not run.dry_run:
-            current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
-            if current is None or generation > current - GENERATION_LAG:
-                raise GenerationError(f"generation {generation} is too recent to collect: the current generation "
-                                      f"is {current}")
+            check_old_enough(conn, generation)
         refs = build_reference_filter(conn, generation, false_positive_rate, salt=salt, page_size=scan_page,
                                       on_page=on_scan_page)
         result.references_scanned, result.filter_bytes = refs.references, refs.size_bytes
         log.info("generation %d: %d live references in a %d-byte filter (capacity %d, p=%g)", generation,
                  refs.references, refs.size_bytes, refs.capacity, false_positive_rate)
-        if not run.dry_run:
-            with conn.transaction():
-                conn.execute(queries.load("generations/upsert_collection"),
-                             {**key, "false_positive_rate": false_positive_rate, "filter_bytes": refs.size_bytes,
-                              "references_scanned": refs.references})
         ranges = split_candidates(conn, generation, workers if connect is not None else 1)
         if len(ranges) == 1:
-            parts = [walk_candidates(conn, run, refs, key, ranges[0], bucket, batch_size)]
+            parts = [walk_candidates(conn, run, refs, ranges[0], bucket, batch_size, generation)]
         else:
 
-            def walk_on_own_connection(bounds: tuple[str, str | None]) -> CollectResult:
+            def walk_on_own_connection(bounds: tuple[str, str | None]) -> GenerationPlan:
                 with connect() as own:
-                    return walk_candidates(own, run, refs, key, bounds, bucket, batch_size)
+                    return walk_candidates(own, run, refs, bounds, bucket, batch_size, generation)
 
             with ThreadPoolExecutor(len(ranges)) as pool:
                 parts = list(pool.map(walk_on_own_connection, ranges))
-        for part in parts:
-            for name in ("candidates", "blobs_kept", "blobs_deleted", "bytes_reclaimed", "deletions_cleared"):
-                setattr(result, name, getattr(result, name) + getattr(part, name))
-            result.keys += part.keys
-            result.sizes += part.sizes
+        for walked in parts:
+            for name in ("candidates", "blobs_kept", "blobs_planned", "bytes_planned", "deletions_planned"):
+                setattr(result, name, getattr(result, name) + getattr(walked, name))
+    with conn.transaction():
         if run.dry_run:
-            write_dry_run_report(conn, run, result, key, false_positive_rate, bucket, batch_size)
-        else:
-            with conn.transaction():
-                conn.execute(queries.load("generations/finish_collection"), {**key, "kept": result.blobs_kept})
-    log.info("generation %d: %d blobs with deletions; %d deleted (%d bytes), %d deletions cleared, %d kept "
+            add_counts(conn, run, rows=result.blobs_planned, objects=result.blobs_planned,
+                       bytes_=result.bytes_planned, part=part)
+        nothing_to_do = run.dry_run or not (result.blobs_planned or result.deletions_planned)
+        conn.execute(queries.load("generations/upsert_planned_collection"), {
+            "dag_id": run.dag_id, "run_id": run.run_id, "generation": generation, "dry_run": run.dry_run,
+            "false_positive_rate": false_positive_rate, "filter_bytes": result.filter_bytes,
+            "references_scanned": result.references_scanned, "kept": result.blobs_kept,
+            "blobs": result.blobs_planned if run.dry_run else 0,
+            "bytes": result.bytes_planned if run.dry_run else 0,
+            "deletions": result.deletions_planned if run.dry_run else 0, "finished": nothing_to_do})
+    log.info("generation %d: %d blobs with deletions; the plan deletes %d (%s) and %d deletions; %d kept "
              "(referenced, or a false positive left for a later run)%s", generation, result.candidates,
-             result.blobs_deleted, result.bytes_reclaimed, result.deletions_cleared, result.blobs_kept,
+             result.blobs_planned, human_bytes(result.bytes_planned), result.deletions_planned, result.blobs_kept,
              " [dry run: nothing changed]" if run.dry_run else "")
     return result
 
@@ -268,15 +322,15 @@ def split_candidates(conn: psycopg.Connection, generation: int, parts: int) -> l
     return list(zip(edges, [*cuts, None], strict=True))
 
 
-def walk_candidates(conn: psycopg.Connection, run: RunRef, refs: ReferenceFilter, key: dict,
-                    bounds: tuple[str, str | None], bucket: str, batch_size: int) -> CollectResult:
-    """Walk the blobs with deletions in [lo, hi) in batches: those not in the filter are collected."""
-    result = CollectResult(key["generation"])
+def walk_candidates(conn: psycopg.Connection, run: RunRef, refs: ReferenceFilter, bounds: tuple[str, str | None],
+                    bucket: str, batch_size: int, generation: int) -> GenerationPlan:
+    """Walk the blobs with deletions in [lo, hi) in batches: those not in the filter are planned."""
+    result = GenerationPlan(generation)
     after, hi = bounds
     first = True
     while True:
         page = [r[0] for r in conn.execute(queries.load("generations/select_deleted_blob_ids"), {
-            "generation": result.generation, "after": after, "inclusive": first, "hi": hi, "limit": batch_size})]
+            "generation": generation, "after": after, "inclusive": first, "hi": hi, "limit": batch_size})]
         if not page:
             return result
         first, after = False, page[-1]
@@ -284,47 +338,122 @@ def walk_candidates(conn: psycopg.Connection, run: RunRef, refs: ReferenceFilter
         result.candidates += len(page)
         result.blobs_kept += len(page) - len(unreferenced)
         if unreferenced:
-            collect_batch(conn, run, result, key, unreferenced, bucket)
+            plan_batch(conn, run, result, unreferenced, bucket)
 
 
-def collect_batch(conn: psycopg.Connection, run: RunRef, result: CollectResult, key: dict, blob_ids: list[str],
-                  bucket: str) -> None:
-    """Delete (or, on a dry run, find) one batch of unreferenced blobs, with their deletions and objects."""
-    params = {"blob_ids": blob_ids, "generation": result.generation}
-    if run.dry_run:
-        ids, sizes, cleared = conn.execute(queries.load("generations/select_unreferenced_blobs"), params).fetchone()
-        n_bytes = sum(s or 0 for s in sizes)
-        result.keys += [mail_key(b) for b in ids]
-        result.sizes += sizes
-    else:
-        with conn.transaction():
-            ids, sizes, cleared = conn.execute(queries.load("generations/delete_unreferenced_blobs"),
-                                               params).fetchone()
-            n_bytes = sum(s or 0 for s in sizes)
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=[mail_key(b) for b in ids], sizes=sizes)
-            add_counts(conn, run, rows=len(ids))
-            conn.execute(queries.load("generations/add_collection_counts"),
-                         {**key, "blobs": len(ids), "bytes": n_bytes, "deletions": cleared})
-    result.blobs_deleted += len(ids)
-    result.bytes_reclaimed += n_bytes
-    result.deletions_cleared += cleared
-
-
-def write_dry_run_report(conn: psycopg.Connection, run: RunRef, result: CollectResult, key: dict,
-                         false_positive_rate: float, bucket: str, batch_size: int) -> None:
-    """A dry run's report of one generation, in one transaction and only once per run (a retry writes nothing)."""
+def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, blob_ids: list[str],
+               bucket: str) -> None:
+    """One plan item: the batch's blobs of the generation (and its row-less blob ids), in one transaction."""
+    part = plan_part(result.generation)
     with conn.transaction():
-        first = conn.execute(queries.load("generations/insert_dry_run_collection"), {
-            **key, "false_positive_rate": false_positive_rate, "filter_bytes": result.filter_bytes,
-            "references_scanned": result.references_scanned, "blobs": result.blobs_deleted,
-            "bytes": result.bytes_reclaimed, "deletions": result.deletions_cleared, "kept": result.blobs_kept,
-        }).fetchone()
-        if first is None:
-            log.info("this dry run already reported generation %d", result.generation)
-            return
-        record_in_batches(conn, run, source=SOURCE, bucket=bucket, keys=result.keys, sizes=result.sizes,
-                          batch_size=batch_size)
-        add_counts(conn, run, rows=result.blobs_deleted, objects=result.blobs_deleted, bytes_=result.bytes_reclaimed)
+        ids, sizes, rowless, deletions = conn.execute(queries.load("generations/select_collectable_blobs"), {
+            "blob_ids": blob_ids, "generation": result.generation}).fetchone()
+        keys = [mail_key(b) for b in ids]
+        n_bytes = sum(s or 0 for s in sizes)
+        add_plan_item(conn, run, part=part, collection=None, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
+                      row_ids=[*ids, *rowless])
+        if run.dry_run:  # its counts are written once, by plan_generation (parallel walkers would race on them)
+            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
+    result.blobs_planned += len(ids)
+    result.bytes_planned += n_bytes
+    result.deletions_planned += deletions
+
+
+# ---------------------------------------------------------------------------------- executing the plan
+def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> GenerationExecution:
+    """Delete exactly one generation's part of `run`'s plan, an item per transaction, re-checking each blob exactly.
+
+    Each transaction holds the generation alone (as the collector's scan and the drain's guard do: a
+    writer adding a reference to one of its blobs is waited for, and its reference is then seen), then
+    deletes the item's blobs that no `gen.reference` points at now, with their deletions, and owes their
+    `mail/` objects (never a key outside the item). A blob referenced again since the plan is skipped,
+    recorded in `blobgc.plan_outcome` and kept with its deletions. A retry skips the items done.
+    """
+    generation = generation_of_part(part)
+    result = GenerationExecution(generation)
+    if run.dry_run:
+        return result
+    check_old_enough(conn, generation)
+    figures = {"dag_id": run.dag_id, "run_id": run.run_id, "generation": generation}
+    for item in pending_items(conn, run, part=part, collection=None):
+        planned_keys = set(item.keys)
+        row_ids = item.row_ids or []
+        with_rows = [b for b in row_ids if mail_key(b) in planned_keys]
+        rowless = [b for b in row_ids if mail_key(b) not in planned_keys]
+        with conn.transaction():
+            hold_generation_alone(conn, generation)
+            ids, sizes, cleared_rowless, cleared = conn.execute(queries.load("generations/delete_planned_blobs"), {
+                "blob_ids": with_rows, "rowless_ids": rowless, "generation": generation}).fetchone()
+            keys = [mail_key(b) for b in ids]
+            record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=keys, sizes=sizes, part=part)
+            gone = {*ids, *cleared_rowless}
+            skipped = [b for b in row_ids if b not in gone]
+            record_outcome(conn, run, item, rows_deleted=len(ids), objects_owed=len(keys), skipped_ids=skipped,
+                           skipped_keys=[mail_key(b) for b in with_rows if b not in gone])
+            add_counts(conn, run, rows=len(ids))
+            n_bytes = sum(s or 0 for s in sizes)
+            conn.execute(queries.load("generations/add_executed_counts"), {
+                **figures, "blobs": len(ids), "bytes": n_bytes, "deletions": cleared, "kept": len(skipped),
+                "finished": False})
+        if skipped:
+            log.info("generation %d: %d planned blobs referenced again since the plan (or gone meanwhile): kept (%s)",
+                     generation, len(skipped), skipped[:5])
+        result.items += 1
+        result.blobs_deleted += len(ids)
+        result.bytes_reclaimed += n_bytes
+        result.deletions_cleared += cleared
+        result.skipped_rereferenced += len(skipped)
+    with conn.transaction():
+        conn.execute(queries.load("generations/add_executed_counts"),
+                     {**figures, "blobs": 0, "bytes": 0, "deletions": 0, "kept": 0, "finished": True})
+    log.info("generation %d: %d plan items; deleted %d blobs (%s) and %d deletions, their objects owed; %d planned "
+             "blobs skipped as referenced again", generation, result.items, result.blobs_deleted,
+             human_bytes(result.bytes_reclaimed), result.deletions_cleared, result.skipped_rereferenced)
+    return result
+
+
+@dataclass
+class CollectResult(TaskResult):
+    """One generation planned and its plan executed at once (`collect_generation`); on a dry run, what would go."""
+
+    generation: int
+    references_scanned: int = 0
+    filter_bytes: int = 0
+    candidates: int = 0
+    blobs_deleted: int = 0
+    bytes_reclaimed: int = 0
+    deletions_cleared: int = 0
+    blobs_kept: int = 0  # kept by the filter, or skipped at execution as referenced again
+    skipped_rereferenced: int = 0
+
+
+def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list[int],
+                        **planning) -> dict[int, CollectResult]:
+    """Plan `generations` and then execute that plan at once, with no gate, as a run of the DAG does: for callers
+    outside Airflow (the bench, tests). The DAG runs the halves as tasks with `blobgc.dag_kit.gate` between them.
+
+    `planning` is `plan_generation`'s keywords. Fixes the run's plan as its own first (a run that executes a dry
+    run's plan calls `execute_plan_part` alone). A run plans all its generations before executing any: once it
+    has executed part of its plan, it may not plan again.
+    """
+    fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
+    plans = {g: plan_generation(conn, run, generation=g, **planning) for g in generations}
+    collected = {}
+    for g, plan in plans.items():
+        done = execute_plan_part(conn, run, part=plan_part(g))
+        if run.dry_run:
+            deleted, n_bytes, cleared, skipped = plan.blobs_planned, plan.bytes_planned, plan.deletions_planned, 0
+        else:
+            deleted, n_bytes, cleared, skipped = (done.blobs_deleted, done.bytes_reclaimed, done.deletions_cleared,
+                                                  done.skipped_rereferenced)
+        collected[g] = CollectResult(g, plan.references_scanned, plan.filter_bytes, plan.candidates, deleted,
+                                     n_bytes, cleared, plan.blobs_kept + skipped, skipped)
+    return collected
+
+
+def collect_generation(conn: psycopg.Connection, run: RunRef, *, generation: int, **planning) -> CollectResult:
+    """`collect_generations` of one generation."""
+    return collect_generations(conn, run, [generation], **planning)[generation]
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict:

@@ -1,8 +1,8 @@
 """Seed 004's cleanups: stale staging uploads, masters without thumbnails, thumbnails without a master.
 
 The store has no database, so the bucket listing is the truth; blobgc's own bookkeeping (runs,
-the deletion log, the outbox) still lives in PostgreSQL, so every deletion is logged, owed,
-retried and counted like the other DAGs'. Work is split in shards: one per leading character of
+the deletion log, the outbox) still lives in PostgreSQL, so every deletion is planned, judged by
+the gate, logged, owed, retried and counted like the other DAGs'. Work is split in shards: one per leading character of
 the user ids found in a bucket (under `staging/` and `profiles-staging/` for staging), each a
 mapped task listing its keys in order.
 
@@ -35,9 +35,9 @@ from blobgc.core.keys import (
     thumb_key,
 )
 from blobgc.core.objects import leading_shards, listing
-from blobgc.core.outbox import replace_run_log
+from blobgc.core.plans import plan_listed_objects
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, set_counts
+from blobgc.core.runs import RunRef
 from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, ConfigurationError, MediaSettings
 from blobgc.core.thumbnail_jobs import (
     DEAD_LETTER_CAP,
@@ -77,7 +77,7 @@ class MediaShard(TaskResult):
 
 @dataclass
 class StagingResult(TaskResult):
-    """One staging shard: stale uploads owed (on a dry run, that would go), fresh ones kept, keys of no upload."""
+    """One staging shard: stale uploads planned for deletion, fresh ones kept, keys of no upload."""
 
     shard: str = ""
     stale: int = 0
@@ -88,7 +88,7 @@ class StagingResult(TaskResult):
 
 @dataclass
 class ThumbnailCheckResult(TaskResult):
-    """One shard's masters and thumbnails: masters lacking a size queued, orphan thumbnails owed."""
+    """One shard's masters and thumbnails: masters lacking a size queued, orphan thumbnails planned for deletion."""
 
     shard: str = ""
     masters: int = 0
@@ -113,16 +113,18 @@ def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
 
 
 # ----------------------------------------------------------------------------------------------- staging
-def delete_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaShard, *, cutoff: datetime,
-                         batch_size: int = 1000, floor: timedelta = MIN_STAGING_AGE) -> StagingResult:
-    """Owe the deletion of every staging upload of the shard last modified before `cutoff`.
+def plan_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaShard, *, cutoff: datetime,
+                       batch_size: int = 1000, floor: timedelta = MIN_STAGING_AGE) -> StagingResult:
+    """Plan the deletion of every staging upload of the shard last modified before `cutoff`.
 
     Only keys of the staging layout go (`staging/{userId}/{uuid}.{ext}` in the images bucket,
     `profiles-staging/{userId}/{slot}/{uuid}.{ext}` in the profiles bucket): anything else under a
     staging prefix is no upload of ours (the masters of a user created before `staging` became a
     reserved id, say) and is counted as `unexpected` and logged, never deleted. Nothing younger than
-    `floor` (a presigned upload's lifetime plus a minute) goes, whatever the cutoff. The keys are
-    logged and owed in one transaction, replacing what an earlier attempt of this run owed for the shard.
+    `floor` (a presigned upload's lifetime plus a minute) goes, whatever the cutoff. The keys go into the
+    run's plan with that cut-off, replacing what an earlier attempt planned for the shard; once the gate
+    lets the plan through they are owed (`blobgc.core.plans.owe_planned_objects`), and the drain keeps an
+    upload written again since (its LastModified is past the cut-off). One finalized since is gone already.
     """
     layout = staging_layout(shard.prefix)
     cutoff = min(cutoff, datetime.now(timezone.utc) - floor)
@@ -135,18 +137,15 @@ def delete_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: Media
             sizes.append(o["Size"])
         else:
             fresh += 1
-    with conn.transaction():
-        replace_run_log(conn, run, source=MEDIA_STAGING.source, bucket=shard.bucket, keys=keys, sizes=sizes,
-                        batch_size=batch_size, part=shard.name)
-        if run.dry_run:  # the shard's whole report, set (not added): a retried shard counts once
-            set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=shard.name)
+    plan_listed_objects(conn, run, part=shard.name, source=MEDIA_STAGING.source, bucket=shard.bucket, keys=keys,
+                        sizes=sizes, modified_before=cutoff, batch_size=batch_size)
     if unexpected:
         log.warning("%s/%s: %d keys match no staging layout and are kept (not uploads; never deleted here)%s: %s",
                     shard.bucket, shard.prefix, len(unexpected),
                     f", the first {UNEXPECTED_KEYS_LOGGED}" if len(unexpected) > UNEXPECTED_KEYS_LOGGED else "",
                     ", ".join(unexpected[:UNEXPECTED_KEYS_LOGGED]))
-    log.info("%s/%s: %d stale staging objects (%d bytes) %s, %d fresh kept, %d unexpected keys kept", shard.bucket,
-             shard.prefix, len(keys), sum(sizes), "would go" if run.dry_run else "owed", fresh, len(unexpected))
+    log.info("%s/%s: %d stale staging objects (%d bytes) planned, %d fresh kept, %d unexpected keys kept",
+             shard.bucket, shard.prefix, len(keys), sum(sizes), fresh, len(unexpected))
     return StagingResult(shard.name, len(keys), sum(sizes), fresh, len(unexpected))
 
 
@@ -188,8 +187,11 @@ def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
 
 def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: MediaShard, settings: MediaSettings,
                      *, cutoff: datetime, batch_size: int = 1000) -> ThumbnailCheckResult:
-    """Queue masters older than `cutoff` that lack a thumbnail size, and owe the deletion of
-    thumbnails older than `cutoff` whose master is gone. A dry run only reports both.
+    """Queue masters older than `cutoff` that lack a thumbnail size, and plan the deletion of
+    thumbnails older than `cutoff` whose master is gone. A dry run queues nothing and makes its plan.
+
+    The orphans are planned with the cut-off (`blobgc.core.plans.plan_listed_objects`): once the gate lets the
+    plan through they are owed, and the drain keeps a thumbnail whose master came back or that was written again.
 
     `cutoff` must lie at least `MIN_ORPHAN_AGE` before the run's reference time (ValueError
     otherwise). A master is queued again only once its earlier job was queued longer ago than that
@@ -213,11 +215,9 @@ def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: Me
         for key, (size, modified) in user.thumbs.items():
             if modified < cutoff and master_prefix_of_thumb(key) not in master_prefixes:
                 orphans.append((key, size))
-    with conn.transaction():
-        replace_run_log(conn, run, source=MEDIA_THUMBNAILS.source, bucket=shard.bucket, keys=[k for k, _ in orphans],
-                        sizes=[s for _, s in orphans], batch_size=batch_size, part=shard.name)
-        if run.dry_run:  # the shard's whole report, set (not added): a retried shard counts once
-            set_counts(conn, run, rows=0, objects=len(orphans), bytes_=sum(s for _, s in orphans), part=shard.name)
+    plan_listed_objects(conn, run, part=shard.name, source=MEDIA_THUMBNAILS.source, bucket=shard.bucket,
+                        keys=[k for k, _ in orphans], sizes=[s for _, s in orphans], modified_before=cutoff,
+                        batch_size=batch_size)
     kind = "image" if shard.kind == "image" else "icon"
     requeue_after = min_age.total_seconds()
     if run.dry_run:
@@ -225,9 +225,8 @@ def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: Me
     else:
         queued = queue_thumbnail_jobs(redis, kind, shard.bucket, missing, requeue_after_seconds=requeue_after)
     log.info("%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails, %d of them %s (the others were queued "
-             "less than %s ago), %d orphan thumbnails %s", shard.bucket, shard.prefix or "(all)", masters, thumbs,
-             len(missing), queued, "would be queued" if run.dry_run else "queued", min_age, len(orphans),
-             "would go" if run.dry_run else "owed")
+             "less than %s ago), %d orphan thumbnails planned", shard.bucket, shard.prefix or "(all)", masters, thumbs,
+             len(missing), queued, "would be queued" if run.dry_run else "queued", min_age, len(orphans))
     return ThumbnailCheckResult(shard.name, masters, thumbs, len(missing), queued, len(missing) - queued,
                                 len(orphans), sum(s for _, s in orphans))
 

@@ -1,11 +1,25 @@
-"""Seed 002's batch expiry of deduplicated pastes with a reference count.
+"""Seed 002's batch expiry of deduplicated pastes with a reference count, planned first (`blobgc.core.plans`).
 
 Identical content is stored once, as `pastes/{content_hash}`; `app.content.ref_count` counts the
-pastes that point at it. The expiry deletes expired pastes in batches, one transaction each:
-claim and delete the pastes (FOR UPDATE SKIP LOCKED), decrement each content once by its number of
-claimed pastes, delete the contents that reach 0, and owe their objects (outbox) and the pastes'
-cache keys (`blobgc.cache_purge`). S3 and Redis are called afterwards by their own tasks, so a
-failure of either leaves owed work that the next attempt completes.
+pastes that point at it. A run **plans first, then executes exactly its plan**:
+
+- `check_ref_counts` repairs ref_count drift (the count of pastes is the truth) and, when the run plans
+  itself, plans the contents no paste points at (part `ORPHANS_PART`: row_ids the hashes, keys their objects).
+- `plan_expiry` lists the pastes due before the cutoff in one range of `content_hash`
+  (`split_expiry_contents`: all the pastes of a content in one part), a batch per plan item, without
+  locking or deleting: row_ids the short codes, keys (with sizes) the objects of the contents the batch
+  takes to ref_count 0 (every paste of theirs is due, and none comes after the batch). A dry run's plan
+  is its report.
+- `execute_expiry_part` executes one part of the plan, an item per transaction (`record_outcome`): claim
+  again (FOR UPDATE SKIP LOCKED) only the item's pastes still NOT_EXPIRED and due before the plan's cutoff,
+  delete them, decrement each content once by its claimed pastes, delete the contents that reach 0 *and
+  whose key the item planned*, and owe their objects (outbox) and the pastes' cache keys
+  (`blobgc.cache_purge`). A paste extended since the plan is skipped; so is a planned key whose content
+  did not reach 0 (a new paste). A content that reaches 0 unplanned keeps its row (at ref_count 0) and
+  object: a later run plans it as an orphan. Nothing outside the plan is ever deleted.
+
+S3 and Redis are called afterwards by their own tasks, so a failure of either leaves owed work that
+the next attempt completes.
 
 **Why two runs never double-decrement:** a decrement is derived from the rows its own transaction
 deleted. A paste deleted by one run is gone for every other, so no paste is counted twice.
@@ -17,13 +31,19 @@ inserts an uncommitted placeholder row per hash before deleting: a hash that exi
 and a writer of the same content waits on the placeholder until the deletion is done, then creates
 its row as new and uploads the object again. The write path is the application's
 (`demo_app.pastes.create_paste`).
+
+`expire_due_pastes` plans and then executes a whole run at once, with no gate, for callers outside
+Airflow (tests, the bench); the DAG runs its halves as tasks with the gate between them.
 """
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
+from typing import TypeVar
 
 import psycopg
 
@@ -31,181 +51,284 @@ from blobgc.core import queries
 from blobgc.core.cache_purge import owe_cache_purge
 from blobgc.core.keys import PASTE_CONTENTS, content_key
 from blobgc.core.objects import check_batch_size
-from blobgc.core.outbox import record_deletions, replace_run_log
+from blobgc.core.outbox import record_deletions
+from blobgc.core.plans import (
+    PLAN_MAX_AGE_HOURS, PlanItem, PlanRefused, add_plan_item, fix_plan, pending_items, plan_of, plan_parts,
+    record_outcome, restart_plan_part,
+)
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts, set_counts
+from blobgc.core.runs import RunRef, add_counts, ensure_run, restart_dry_run_part
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
 SOURCE = PASTE_CONTENTS.source
 SAMPLE = 10
-# the keyset position before every paste
-START = (datetime(1, 1, 1, tzinfo=timezone.utc), "")
+ORPHANS_PART = "orphan contents"  # the plan's part of contents no paste points at
+CONTENTS_PART = "contents"  # the plan's parts of due pastes start so: `contents_part`
+DEADLOCK_RETRIES = 5  # attempts of an item rolled back by a deadlock with another run
+
+
+ContentRange = tuple[str | None, str | None]
+
+
+def split_expiry_contents(conn: psycopg.Connection, expired_before: datetime, parts: int) -> list[ContentRange]:
+    """Cut the due pastes into about `parts` disjoint [start, end) ranges of `content_hash` of similar size.
+
+    Every paste of a content falls in one range, so one task plans and executes all of them, in order: the
+    item that takes a content to 0 is executed after the items holding its other pastes. With nothing due,
+    or `parts` 1, one open range.
+    """
+    if parts <= 1:
+        return [(None, None)]
+    fractions = [i / parts for i in range(1, parts)]
+    bounds = [row[0] for row in conn.execute(queries.load("pastes/select_expiry_content_split"),
+                                             {"fractions": fractions, "expired_before": expired_before})]
+    edges: list[str | None] = [None, *bounds, None]
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def contents_part(content_range: ContentRange) -> str:
+    """The name of the plan's part (and dry-run report's) for one range of `content_hash`."""
+    start, end = content_range
+    return f"{CONTENTS_PART} {start or 'start'}..{end or 'end'}"
+
+
+def plans_itself(conn: psycopg.Connection, run: RunRef) -> bool:
+    """Whether `run` makes its own plan (False: it executes a dry run's, Param from_plan)."""
+    return plan_of(conn, run) == run.run_id
+
+
+def settled_plan(conn: psycopg.Connection, run: RunRef) -> str | None:
+    """Why `run`'s own plan may no longer change (its gate judged it, or its execution began), or None.
+
+    A run cleared whole after its gate (a backfill that reprocesses a failed run) then keeps the plan that was
+    judged and goes on executing what is left of it, instead of planning again (which is refused)."""
+    row = conn.execute(queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
+                       ).fetchone()
+    if row is not None:
+        log.info("run %s keeps its plan as it is (%s): it plans nothing again", run.run_id, row[0])
+    return row[0] if row else None
+
+
+def restart_expiry_plan(conn: psycopg.Connection, run: RunRef) -> bool:
+    """Take back the expiry parts an earlier attempt planned (their ranges may be cut differently now).
+
+    Returns False, taking back nothing, once the plan is settled (`settled_plan`): then nothing is planned again."""
+    if settled_plan(conn, run):
+        return False
+    for part in plan_parts(conn, run):
+        if part["part"].startswith(f"{CONTENTS_PART} "):
+            restart_plan_part(conn, run, part["part"])
+            restart_dry_run_part(conn, run, part["part"])
+    return True
 
 
 @dataclass
-class ExpiryResult(TaskResult):
-    """Pastes and contents deleted, objects and cache keys owed; on a dry run, what would go."""
+class PlannedExpiry(TaskResult):
+    """What a plan of expiry holds: pastes, the contents they take to 0 and their objects (a dry run's report)."""
 
+    pastes: int = 0
+    contents: int = 0
+    objects: int = 0
+    bytes: int = 0
+    batches: int = 0
+    sample_keys: list[str] = local()
+
+
+def plan_expiry(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    expired_before: datetime,
+    bucket: str,
+    batch_size: int = 1000,
+    content_range: ContentRange = (None, None),
+) -> PlannedExpiry:
+    """Plan the expiry of the pastes due before `expired_before` in one range of `content_hash`, an item per batch.
+
+    Nothing is locked or deleted. Each item holds a batch of short codes, in (content_hash, short_code)
+    order, and the objects of the contents that batch takes to ref_count 0: every paste of the content
+    is due, and none comes after the batch, so each such key is in exactly one item of the whole plan,
+    the last of its pastes'. A retried task plans its range again from scratch (nothing, once the plan is
+    settled). On a dry run the keys also go to the deletion log (`dry_run = true`) and the run's counters,
+    as the run's report.
+    """
+    check_batch_size(batch_size)
+    if settled_plan(conn, run):
+        return PlannedExpiry()
+    part = contents_part(content_range)
+    restart_dry_run_part(conn, run, part)
+    restart_plan_part(conn, run, part)
+    start, end = content_range
+    params = {"expired_before": expired_before, "batch_size": batch_size, "range_start": start or "",
+              "range_end": end}
+    result = PlannedExpiry()
+    after = (start or "", "")
+    while True:
+        with conn.transaction():
+            batch = conn.execute(queries.load("pastes/select_expiry_plan_batch"),
+                                 {**params, "after_hash": after[0], "after_short_code": after[1]}).fetchall()
+            if not batch:
+                break
+            code, last_hash = batch[-1]
+            after = (last_hash, code)
+            going = conn.execute(queries.load("pastes/select_contents_going_with_batch"), {
+                "hashes": sorted({digest for _, digest in batch}), "expired_before": expired_before,
+                "last_hash": last_hash, "last_short_code": code}).fetchall()
+            keys, sizes = [content_key(d) for d, _ in going], [size for _, size in going]
+            add_plan_item(conn, run, part=part, collection=None, source=SOURCE, bucket=bucket, keys=keys,
+                          sizes=sizes, row_ids=[c for c, _ in batch])
+            batch_bytes = sum(size or 0 for size in sizes)
+            if run.dry_run:
+                record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
+                add_counts(conn, run, rows=len(batch) + len(going), objects=len(keys), bytes_=batch_bytes, part=part)
+        result.batches += 1
+        result.pastes += len(batch)
+        result.contents += len(going)
+        result.objects += len(keys)
+        result.bytes += batch_bytes
+        result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
+        if len(batch) < batch_size:
+            break
+    log.info("%s: the plan expires %d pastes in %d items and deletes %d contents, %d objects (%s); sample keys: %s",
+             part, result.pastes, result.batches, result.contents, result.objects, human_bytes(result.bytes),
+             result.sample_keys[:5])
+    return result
+
+
+@dataclass
+class ExpiryExecution(TaskResult):
+    """What executing part of a plan did, and what it skipped as needed again since the plan."""
+
+    items: int = 0
     pastes_deleted: int = 0
     contents_deleted: int = 0
     objects_owed: int = 0
     bytes_owed: int = 0
     cache_keys_owed: int = 0
-    contents_below_zero: int = 0
-    batches: int = 0
+    skipped_pastes: int = 0
+    skipped_objects: int = 0
+    contents_left_at_zero: int = 0
     sample_keys: list[str] = local()
 
 
-ExpiryRange = tuple[datetime | None, datetime | None]
-DEADLOCK_RETRIES = 5
+def plan_cutoff(conn: psycopg.Connection, run: RunRef) -> datetime:
+    """The cutoff the plan `run` executes was made with (the planning run's reference time)."""
+    row = conn.execute(queries.load("pastes/select_plan_cutoff"),
+                       {"dag_id": run.dag_id, "plan_run_id": plan_of(conn, run)}).fetchone()
+    if row is None or row[0] is None:
+        raise LookupError(f"the plan of {run.run_id} has no reference time")
+    return row[0]
 
 
-def split_expiry_window(conn: psycopg.Connection, expired_before: datetime, parts: int) -> list[ExpiryRange]:
-    """Cut the due pastes into about `parts` disjoint [start, end) ranges of `expires_at` of similar size.
+def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, redis_prefix: str = ""
+                        ) -> ExpiryExecution:
+    """Execute exactly one part of `run`'s plan, an item per transaction, re-checking each (see the module doc).
 
-    Each range is expired by its own worker (a mapped task). With nothing due, one open range.
+    Pastes no longer NOT_EXPIRED or due before the plan's cutoff (an extended `expires_at`), or held by
+    another run, are skipped and recorded (`skipped_ids`); planned keys not owed (their content did not reach
+    0, or another paste points at it) too (`skipped_keys`). A retry skips the items already dealt with. A dry
+    run executes nothing.
     """
-    if parts <= 1:
-        return [(None, None)]
-    fractions = [i / parts for i in range(1, parts)]
-    bounds = [row[0] for row in conn.execute(queries.load("pastes/select_expiry_split"),
-                                             {"fractions": fractions, "expired_before": expired_before})]
-    edges: list[datetime | None] = [None, *bounds, None]
-    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
-
-
-def expire_pastes(
-    conn: psycopg.Connection,
-    run: RunRef,
-    *,
-    expired_before: datetime,
-    bucket: str,
-    batch_size: int = 1000,
-    redis_prefix: str = "",
-    expires_range: ExpiryRange = (None, None),
-) -> ExpiryResult:
-    """Delete the pastes with `status = 'NOT_EXPIRED'` and `expires_at < expired_before`, a batch per transaction.
-
-    Each batch claims up to `batch_size` pastes, decrements their contents once per hash by the
-    number of claimed pastes sharing it, deletes the contents that reach 0 and no paste references,
-    owes their objects and the pastes' cache keys, and deletes the pastes. `expires_range` [start,
-    end) limits the work to part of the window (`split_expiry_window`), so several workers expire
-    disjoint parts. A dry run changes nothing and reports the whole window.
-    """
-    check_batch_size(batch_size)
+    result = ExpiryExecution()
     if run.dry_run:
-        return preview_expiry(conn, run, expired_before=expired_before, bucket=bucket, batch_size=batch_size,
-                              redis_prefix=redis_prefix)
-    start, end = expires_range
-    params = {"expired_before": expired_before, "batch_size": batch_size,
-              "range_start": start or "-infinity", "range_end": end or "infinity"}
-    result = ExpiryResult()
-    after = (start or START[0], "")
-    while True:
+        return result
+    expired_before = plan_cutoff(conn, run)
+    for item in pending_items(conn, run, part=part, collection=None):
         for attempt in range(DEADLOCK_RETRIES):
             try:
-                batch = expire_batch(conn, run, params, after, bucket=bucket, redis_prefix=redis_prefix)
+                if part == ORPHANS_PART:
+                    deleted, claimed, left = execute_orphan_item(conn, run, item, part=part), [], 0
+                else:
+                    claimed, deleted, left = execute_expiry_item(conn, run, item, part=part,
+                                                                 expired_before=expired_before,
+                                                                 redis_prefix=redis_prefix)
                 break
             except psycopg.errors.DeadlockDetected:
-                # another run decremented the same contents in another order; this batch rolled back whole
+                # another run decremented the same contents in another order; this item rolled back whole
                 if attempt == DEADLOCK_RETRIES - 1:
                     raise
-                log.warning("batch %d rolled back by a deadlock with another run; retrying it", result.batches + 1)
-        if batch is None:
-            break
-        claimed, deleted, below_zero, after = batch
-        keys = [content_key(digest) for digest, _ in deleted]
-        batch_bytes = sum(size or 0 for _, size in deleted)
-        result.batches += 1
-        result.pastes_deleted += claimed
+                log.warning("plan item %d rolled back by a deadlock with another run; retrying it", item.id)
+        keys = [content_key(d) for d, _ in deleted]
+        result.items += 1
+        result.pastes_deleted += len(claimed)
+        result.cache_keys_owed += len(claimed)
         result.contents_deleted += len(deleted)
         result.objects_owed += len(keys)
-        result.bytes_owed += batch_bytes
-        result.cache_keys_owed += claimed
-        result.contents_below_zero += below_zero
+        result.bytes_owed += sum(size or 0 for _, size in deleted)
+        result.skipped_pastes += 0 if part == ORPHANS_PART else len(item.row_ids or []) - len(claimed)
+        result.skipped_objects += len(item.keys) - len(keys)
+        result.contents_left_at_zero += left
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
-        log.info("batch %d: expired %d pastes, deleted %d contents (%s owed in S3)%s",
-                 result.batches, claimed, len(deleted), human_bytes(batch_bytes),
-                 f"; {below_zero} contents at ref_count <= 0 still have pastes (drift: check_ref_counts repairs it)"
-                 if below_zero else "")
-        if claimed < batch_size:
-            break
-    log.info("expired %d pastes in %d batches; deleted %d contents, %d objects (%s) owed; sample keys: %s",
-             result.pastes_deleted, result.batches, result.contents_deleted, result.objects_owed,
-             human_bytes(result.bytes_owed), result.sample_keys[:5])
+    log.info("%s: %d plan items; expired %d pastes, deleted %d contents, %d objects (%s) owed; skipped %d pastes "
+             "(extended, or gone since the plan) and %d objects (their content is needed again)%s", part,
+             result.items, result.pastes_deleted, result.contents_deleted, result.objects_owed,
+             human_bytes(result.bytes_owed), result.skipped_pastes, result.skipped_objects,
+             f"; {result.contents_left_at_zero} contents reached 0 outside the plan and are kept for a later run's "
+             "orphan planning" if result.contents_left_at_zero else "")
     return result
 
 
-def expire_batch(
-    conn: psycopg.Connection, run: RunRef, params: dict, after: tuple[datetime, str], *, bucket: str, redis_prefix: str
-) -> tuple[int, list[tuple[str, int | None]], int, tuple[datetime, str]] | None:
-    """One batch in one transaction; returns (pastes, deleted contents, contents left at <= 0, keyset) or None."""
+def execute_expiry_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str,
+                        expired_before: datetime, redis_prefix: str
+                        ) -> tuple[list[str], list[tuple[str, int | None]], int]:
+    """One plan item of pastes in one transaction; returns (pastes deleted, contents deleted, contents left at 0)."""
+    planned_keys = set(item.keys)
     with conn.transaction():
-        claimed = conn.execute(queries.load("pastes/delete_expired_pastes"),
-                               {**params, "after_expires_at": after[0], "after_short_code": after[1]}).fetchall()
-        if not claimed:
-            return None
-        per_content = sorted(Counter(digest for _, digest, _ in claimed).items())
+        claimed = conn.execute(queries.load("pastes/delete_planned_pastes"),
+                               {"codes": item.row_ids or [], "expired_before": expired_before}).fetchall()
+        per_content = sorted(Counter(digest for _, digest in claimed).items())
         decremented = conn.execute(queries.load("pastes/decrement_contents"), {
             "hashes": [digest for digest, _ in per_content], "counts": [n for _, n in per_content],
-        }).fetchall()
+        }).fetchall() if per_content else []
         at_zero = [digest for digest, ref_count, _ in decremented if ref_count <= 0]
-        deleted = (conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": at_zero})
-                   .fetchall() if at_zero else [])
-        record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=[content_key(d) for d, _ in deleted],
-                         sizes=[size for _, size in deleted])
-        owe_cache_purge(conn, run, [f"{redis_prefix}{code}" for code, _, _ in claimed])
+        planned = [digest for digest in at_zero if content_key(digest) in planned_keys]
+        deleted = (conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": planned})
+                   .fetchall() if planned else [])
+        owed = [content_key(d) for d, _ in deleted]
+        record_deletions(conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted],
+                         part=part)
+        codes = [code for code, _ in claimed]
+        owe_cache_purge(conn, run, [f"{redis_prefix}{code}" for code in codes])
         add_counts(conn, run, rows=len(claimed) + len(deleted))
-    last = max((expires, code) for code, _, expires in claimed)
-    return len(claimed), deleted, len(at_zero) - len(deleted), last
+        gone = set(codes)
+        record_outcome(conn, run, item, rows_deleted=len(claimed), objects_owed=len(owed),
+                       skipped_ids=[c for c in item.row_ids or [] if c not in gone],
+                       skipped_keys=[k for k in item.keys if k not in set(owed)])
+    return codes, deleted, len(at_zero) - len(planned)
 
 
-def preview_expiry(
-    conn: psycopg.Connection,
-    run: RunRef,
-    *,
-    expired_before: datetime,
-    bucket: str,
-    batch_size: int = 1000,
-    redis_prefix: str = "",
-) -> ExpiryResult:
-    """A dry run's report: the pastes, contents, objects and bytes an expiry would remove, changing nothing.
-
-    The keys that would go are written to the deletion log with `dry_run = true`, in batches of
-    `batch_size`, and the run's counters are set to the totals (a retry rewrites both).
-    """
-    result = ExpiryResult()
+def execute_orphan_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str
+                        ) -> list[tuple[str, int | None]]:
+    """One plan item of orphan contents in one transaction: lock them, re-check that no paste points at them
+    (repairing their count), delete those, and owe their objects. Returns the contents deleted."""
+    hashes = sorted(item.row_ids or [])
     with conn.transaction():
-        rows = conn.execute(queries.load("pastes/select_expiry_preview"), {"expired_before": expired_before}).fetchall()
-        doomed = sorted((digest, size) for digest, _, goes, size in rows if goes)
-        result.pastes_deleted = sum(n for _, n, _, _ in rows)
-        result.contents_deleted = result.objects_owed = len(doomed)
-        result.bytes_owed = sum(size or 0 for _, size in doomed)
-        result.cache_keys_owed = result.pastes_deleted
-        result.batches = replace_run_log(conn, run, source=SOURCE, bucket=bucket,
-                                         keys=[content_key(d) for d, _ in doomed], sizes=[s for _, s in doomed],
-                                         batch_size=batch_size)
-        set_counts(conn, run, rows=result.pastes_deleted + result.contents_deleted,
-                   objects=result.objects_owed, bytes_=result.bytes_owed)
-    result.sample_keys = [content_key(d) for d, _ in doomed[:SAMPLE]]
-    log.info("dry run: would expire %d pastes, delete %d contents and %d objects (%s), and purge %d cache keys "
-             "(prefix %r); sample keys: %s", result.pastes_deleted, result.contents_deleted, result.objects_owed,
-             human_bytes(result.bytes_owed), result.cache_keys_owed, redis_prefix, result.sample_keys[:5])
-    return result
+        conn.execute(queries.load("pastes/lock_contents"), {"hashes": hashes})
+        conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": hashes})
+        deleted = conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": hashes}).fetchall()
+        owed = [content_key(d) for d, _ in deleted]
+        record_deletions(conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted],
+                         part=part)
+        add_counts(conn, run, rows=len(deleted))
+        gone = {d for d, _ in deleted}
+        record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(owed),
+                       skipped_ids=[h for h in item.row_ids or [] if h not in gone],
+                       skipped_keys=[k for k in item.keys if k not in set(owed)])
+    return deleted
 
 
 @dataclass
 class DriftReport(TaskResult):
-    """Contents whose ref_count disagreed with their real count of pastes, and what was done about it."""
+    """Contents whose ref_count disagreed with their real count of pastes, what was repaired, and the contents
+    no paste points at that the run planned to delete (orphans)."""
 
     drifted: int = 0
     total_drift: int = 0
     repaired: int = 0
-    contents_deleted: int = 0
-    objects_owed: int = 0
-    bytes_owed: int = 0
+    orphans_planned: int = 0
+    orphan_bytes_planned: int = 0
     sample: list[dict] = field(default_factory=list)
 
 
@@ -215,44 +338,173 @@ def check_ref_counts(
     *,
     bucket: str,
     batch_size: int = 1000,
+    plan_orphans: bool = False,
 ) -> DriftReport:
     """Compare every `ref_count` with the real count of pastes, report the drift, and repair it (unless a dry run).
 
     The count of pastes is the truth. A lock-free scan finds the drifted contents; each batch then
     locks them (waiting for writers that hold them), recounts, and sets `ref_count` to the count.
-    Contents left with no paste are deleted and their objects owed, as expiry does: drift upwards
-    would otherwise leak them forever.
+    Contents left with no paste are never deleted here: with `plan_orphans` (a run that makes its own
+    plan) they become items of the plan's part `ORPHANS_PART` (row_ids their hashes, keys their objects),
+    deleted only when the plan is executed; otherwise a later run plans them. A retry plans them once; a
+    plan already judged or executed (`settled_plan`) is kept as it is.
     """
     check_batch_size(batch_size)
     report = DriftReport()
+    if plan_orphans and settled_plan(conn, run):
+        plan_orphans = False
+    if plan_orphans:
+        restart_dry_run_part(conn, run, ORPHANS_PART)
+        restart_plan_part(conn, run, ORPHANS_PART)
     candidates = conn.execute(queries.load("pastes/select_drifted_contents")).fetchall()
     drifted = [row for row in candidates if row[1] != row[2]]
-    unreferenced = [(d, size) for d, _, n, size in candidates if n == 0]
     report.drifted = len(drifted)
     report.total_drift = sum(abs(ref_count - pastes) for _, ref_count, pastes, _ in drifted)
     report.sample = [{"content_hash": d, "ref_count": rc, "pastes": n} for d, rc, n, _ in drifted[:SAMPLE]]
     if drifted:
         log.warning("%d contents have a ref_count that differs from their pastes (total drift %d); sample: %s",
                     report.drifted, report.total_drift, report.sample)
-    if run.dry_run:
-        report.contents_deleted = report.objects_owed = len(unreferenced)
-        report.bytes_owed = sum(size or 0 for _, size in unreferenced)
-        return report
-    hashes = [row[0] for row in candidates]
-    for start in range(0, len(hashes), batch_size):
-        part = hashes[start:start + batch_size]
+    for start in range(0, len(candidates), batch_size):
+        part = candidates[start:start + batch_size]
+        hashes = [row[0] for row in part]
         with conn.transaction():
-            conn.execute(queries.load("pastes/lock_contents"), {"hashes": part})
-            repaired = conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": part}).fetchall()
-            deleted = conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": part}).fetchall()
-            record_deletions(conn, run, source=SOURCE, bucket=bucket,
-                             keys=[content_key(d) for d, _ in deleted], sizes=[s for _, s in deleted])
-            add_counts(conn, run, rows=len(deleted))
-        report.repaired += len(repaired)
-        report.contents_deleted += len(deleted)
-        report.objects_owed += len(deleted)
-        report.bytes_owed += sum(size or 0 for _, size in deleted)
+            if run.dry_run:  # repairs nothing: the scan's orphans are the plan's
+                orphans = [(d, size) for d, _, n, size in part if n == 0]
+            else:
+                conn.execute(queries.load("pastes/lock_contents"), {"hashes": hashes})
+                report.repaired += len(conn.execute(queries.load("pastes/repair_ref_counts"),
+                                                    {"hashes": hashes}).fetchall())
+                orphans = conn.execute(queries.load("pastes/select_pasteless_contents"),
+                                       {"hashes": hashes}).fetchall() if plan_orphans else []
+            if plan_orphans and orphans:
+                keys, sizes = [content_key(d) for d, _ in orphans], [s for _, s in orphans]
+                add_plan_item(conn, run, part=ORPHANS_PART, collection=None, source=SOURCE, bucket=bucket,
+                              keys=keys, sizes=sizes, row_ids=[d for d, _ in orphans])
+                if run.dry_run:
+                    record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
+                                     part=ORPHANS_PART)
+                    add_counts(conn, run, rows=len(orphans), objects=len(keys),
+                               bytes_=sum(s or 0 for s in sizes), part=ORPHANS_PART)
+                report.orphans_planned += len(orphans)
+                report.orphan_bytes_planned += sum(s or 0 for s in sizes)
     if candidates:
-        log.info("repaired %d ref_counts; deleted %d contents with no paste left (%s owed in S3)",
-                 report.repaired, report.contents_deleted, human_bytes(report.bytes_owed))
+        log.info("repaired %d ref_counts; planned %d contents with no paste left (%s)%s", report.repaired,
+                 report.orphans_planned, human_bytes(report.orphan_bytes_planned),
+                 "" if plan_orphans else " (this run plans nothing: a later run plans them)")
     return report
+
+
+# ------------------------------------------------------------------- outside Airflow: both halves at once
+Connect = Callable[[], psycopg.Connection]
+T = TypeVar("T")
+W = TypeVar("W")
+
+
+def side_by_side(conn: psycopg.Connection, work: Callable[[psycopg.Connection, W], T], items: Sequence[W], *,
+                 workers: int, connect: Connect | None) -> list[T]:
+    """`work` on each of `items`: in turn on `conn`, or with `workers` > 1 and `connect`, side by side on
+    connections of their own (as the DAG's mapped tasks run)."""
+    if workers <= 1 or connect is None or len(items) <= 1:
+        return [work(conn, item) for item in items]
+
+    def on_own_connection(item: W) -> T:
+        with connect() as own:
+            return work(own, item)
+
+    with ThreadPoolExecutor(min(workers, len(items))) as pool:
+        return list(pool.map(on_own_connection, items))
+
+
+def plan_due_pastes(conn: psycopg.Connection, run: RunRef, *, bucket: str, batch_size: int = 1000, workers: int = 1,
+                    connect: Connect | None = None) -> PlannedExpiry:
+    """The DAG's `expiry_ranges` and mapped `plan_expiry` tasks: plan the pastes due before the run's reference
+    time in `workers` ranges of `content_hash`, side by side on connections from `connect` when given.
+
+    Plans nothing when the run executes a dry run's plan, or once its own plan is settled (`settled_plan`)."""
+    if not plans_itself(conn, run) or not restart_expiry_plan(conn, run):
+        return PlannedExpiry()
+    expired_before = plan_cutoff(conn, run)
+
+    def plan_range(own: psycopg.Connection, content_range: ContentRange) -> PlannedExpiry:
+        return plan_expiry(own, run, expired_before=expired_before, bucket=bucket, batch_size=batch_size,
+                           content_range=content_range)
+
+    planned = side_by_side(conn, plan_range, split_expiry_contents(conn, expired_before, workers), workers=workers,
+                           connect=connect)
+    total = PlannedExpiry(**PlannedExpiry.total([p.to_xcom() for p in planned]))
+    total.sample_keys = [k for p in planned for k in p.sample_keys][:SAMPLE]
+    return total
+
+
+def execute_planned_pastes(conn: psycopg.Connection, run: RunRef, *, redis_prefix: str = "", workers: int = 1,
+                           connect: Connect | None = None) -> ExpiryExecution:
+    """The DAG's `plan_parts` and mapped `expire_pastes` tasks, without the gate before them: execute every part
+    of the run's plan (`execute_expiry_part`), side by side on connections from `connect` when given."""
+    def execute_part(own: psycopg.Connection, part: dict) -> ExpiryExecution:
+        return execute_expiry_part(own, run, part=part["part"], redis_prefix=redis_prefix)
+
+    done = side_by_side(conn, execute_part, plan_parts(conn, run), workers=workers, connect=connect)
+    total = ExpiryExecution(**ExpiryExecution.total([d.to_xcom() for d in done]))
+    total.sample_keys = [k for d in done for k in d.sample_keys][:SAMPLE]
+    return total
+
+
+@dataclass
+class ExpiredPastes(TaskResult):
+    """What `expire_due_pastes` deleted and owed, and what it skipped; on a dry run, what its plan of the due pastes
+    would delete (orphans that `check_ref_counts` planned are in the run's counters, not here)."""
+
+    pastes_deleted: int = 0
+    contents_deleted: int = 0
+    objects_owed: int = 0
+    bytes_owed: int = 0
+    cache_keys_owed: int = 0
+    batches: int = 0  # plan items executed, a transaction each (on a dry run: items of due pastes planned)
+    skipped_pastes: int = 0
+    skipped_objects: int = 0
+    contents_left_at_zero: int = 0
+    sample_keys: list[str] = local()
+
+
+def expire_due_pastes(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    expired_before: datetime | None = None,
+    bucket: str,
+    batch_size: int = 1000,
+    redis_prefix: str = "",
+    workers: int = 1,
+    connect: Connect | None = None,
+) -> ExpiredPastes:
+    """Plan the run's expiry and then execute that plan at once, with no gate: for callers outside Airflow (tests,
+    the bench). The DAG runs the halves as tasks (`plan_expiry`, then `expire_pastes`) with
+    `blobgc.dag_kit.gate` between them, and `check_ref_counts` before them (call it first to plan orphans too).
+
+    The cutoff is the run's reference time (`ensure_run(conn, run, expired_before)`); a run registered earlier
+    with a later one is refused (ValueError), since it would expire pastes not due by `expired_before`. Fixes
+    the run's own plan unless its plan is fixed already (a run fixed to a dry run's plan plans nothing and
+    executes that). `workers` > 1 with `connect`: ranges planned, and parts executed, side by side on
+    connections of their own, as the DAG's mapped tasks. A dry run plans (its report) and executes nothing;
+    the objects and cache keys owed are left to `delete_owed_objects` and `purge_owed_cache_keys`.
+    """
+    check_batch_size(batch_size)
+    run = ensure_run(conn, run, expired_before)
+    if expired_before is not None and run.reference_time > expired_before:
+        raise ValueError(f"run {run.run_id} expires pastes due before its reference time {run.reference_time}, "
+                         f"later than expired_before {expired_before}: register it with that time (ensure_run)")
+    try:
+        plan_of(conn, run)
+    except PlanRefused:  # no plan fixed yet: the run's own
+        fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
+    planned = plan_due_pastes(conn, run, bucket=bucket, batch_size=batch_size, workers=workers, connect=connect)
+    if run.dry_run:
+        return ExpiredPastes(pastes_deleted=planned.pastes, contents_deleted=planned.contents,
+                             objects_owed=planned.objects, bytes_owed=planned.bytes, cache_keys_owed=planned.pastes,
+                             batches=planned.batches, sample_keys=planned.sample_keys)
+    done = execute_planned_pastes(conn, run, redis_prefix=redis_prefix, workers=workers, connect=connect)
+    return ExpiredPastes(pastes_deleted=done.pastes_deleted, contents_deleted=done.contents_deleted,
+                         objects_owed=done.objects_owed, bytes_owed=done.bytes_owed,
+                         cache_keys_owed=done.cache_keys_owed, batches=done.items, skipped_pastes=done.skipped_pastes,
+                         skipped_objects=done.skipped_objects, contents_left_at_zero=done.contents_left_at_zero,
+                         sample_keys=done.sample_keys)

@@ -30,9 +30,9 @@ from typing import Any
 import psycopg
 
 from blobgc.core import queries
-from blobgc.core.outbox import record_deletions
+from blobgc.core.outbox import record_deletions, replace_run_log
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef
+from blobgc.core.runs import RunRef, set_counts
 from blobgc.core.settings import ConfigurationError
 from blobgc.core.sizes import human_bytes
 
@@ -161,6 +161,28 @@ def add_plan_item(conn: psycopg.Connection, run: RunRef, *, part: str, collectio
         "dag_id": run.dag_id, "run_id": run.run_id, "part": part, "collection": collection, "source": source,
         "bucket": bucket, "row_ids": list(row_ids) if row_ids is not None else None, "keys": list(keys),
         "sizes": list(sizes), "bytes": sum(s or 0 for s in sizes), "modified_before": modified_before})
+
+
+def plan_listed_objects(conn: psycopg.Connection, run: RunRef, *, part: str, source: str, bucket: str,
+                        keys: Sequence[str], sizes: Sequence[int], modified_before: datetime,
+                        batch_size: int) -> None:
+    """Plan the objects a listing task found in `part` (a shard), an item per `batch_size` keys, replacing what an
+    earlier attempt of the task planned there (a retry lists again and plans each key once).
+
+    Each item keeps the cut-off the objects were judged by (`modified_before`): when the plan is executed
+    (`owe_planned_objects`), the drain keeps an object written again since. A dry run also logs the keys in
+    `blobgc.deletion_log` (`dry_run = true`) and sets the part's counters: its report.
+    """
+    restart_plan_part(conn, run, part)
+    with conn.transaction():
+        for start in range(0, len(keys), batch_size):
+            add_plan_item(conn, run, part=part, collection=None, source=source, bucket=bucket,
+                          keys=keys[start:start + batch_size], sizes=sizes[start:start + batch_size],
+                          modified_before=modified_before)
+        if run.dry_run:
+            replace_run_log(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size,
+                            part=part)
+            set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=part)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ def set_counts(conn: psycopg.Connection, run: RunRef, *, rows: int, objects: int
 def write_part_counts(conn: psycopg.Connection, params: dict[str, Any]) -> None:
     """Upsert one part's counts and move the run's totals by the difference (in the caller's transaction)."""
     with conn.transaction():
+        conn.execute(queries.load("runs/insert_empty_part"), params)  # a row to lock, even for a part's first write
         old = conn.execute(queries.load("runs/select_part_counts"), params).fetchone() or (0, 0, 0)
         conn.execute(queries.load("runs/add_part_counts"),
                      {**params, "old_rows": old[0], "old_objects": old[1], "old_bytes": old[2]})

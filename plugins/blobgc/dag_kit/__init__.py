@@ -3,7 +3,8 @@
 - `params`: pools, default task arguments, the deleting DAGs' Params (CONTRACT §4);
 - `connections` and `variables`: clients and settings from Airflow connections and Variables;
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
-  steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`;
+  steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`, and those of plans
+  (`fix_run_plan`, `list_plan_parts`, `owe_planned_objects`, `check_plan_goes_on`);
 - `gate`: the gate on unusual deletions (`deletion_gate`, a human-in-the-loop ApprovalOperator);
 - `notify`: the failure alert every task has as `on_failure_callback` (Variable `blobgc_notify`);
 - `worker_identity`: the hostname a local Celery worker reports.
@@ -22,6 +23,7 @@ _EXPORTS = {
     "HTTP_POOL": "params", "S3_POOL": "params", "dag_defaults": "params", "default_args": "params",
     "deleting_params": "params", "destructive_params": "params", "plan_params": "params",
     "deletion_gate": "gate", "fix_run_plan": "steps", "list_plan_parts": "steps", "check_plan_goes_on": "steps",
+    "owe_planned_objects": "steps",
     "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
     "purge_owed_cache_keys": "steps", "report_run": "steps",
     "BlobgcFailureNotifier": "notify", "check_notify_variable": "notify", "failure_notifier": "notify",
@@ -30,6 +32,13 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    # A long-running Airflow process (the dag-processor, which imports `worker_identity`) keeps the copy of this
+    # module it loaded first: a name a newer blobgc added is then missing from its _EXPORTS. Its DAG-file parsers
+    # find it in the submodules (loaded fresh) instead of failing to import the DAG.
+    for module in dict.fromkeys(_EXPORTS.values()):
+        found = getattr(importlib.import_module(f"{__name__}.{module}"), name, None)
+        if callable(found) and not name.startswith("_"):
+            return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -283,6 +283,19 @@ def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
     return plan_parts
 
 
+def owe_planned_objects(task_id: str = "owe_planned_objects", **task_kwargs: Any):
+    """The step after the gate of a DAG whose plan is objects alone (orphans found by listing): owe them to the
+    outbox, each with the cut-off it was judged by, for the drain to check again and delete."""
+    from blobgc.core.plans import OwedFromPlan, owe_planned_objects as owe
+
+    @gc_step(task_id=task_id, **task_kwargs)
+    def owe_planned(step: Step) -> OwedFromPlan:
+        check_plan_goes_on(step)
+        return owe(step.conn, step.run)
+
+    return owe_planned
+
+
 def check_plan_goes_on(step: Step) -> None:
     """Before a run executes its plan: the gate let it through, and it has not expired meanwhile (else it fails
     at once, deleting nothing)."""

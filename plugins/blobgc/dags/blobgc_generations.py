@@ -2,34 +2,62 @@
 ### blobgc_generations: generation-based collection with a bloom filter (seed 003, Apache James ADR 39)
 
 Mail blobs are deduplicated within a reference generation only (the application's `demo_app.mail`);
-deleting a reference records a `gen.deletion` row by trigger. Each run:
+deleting a reference records a `gen.deletion` row by trigger. A run **plans first, then deletes
+exactly its plan** (`blobgc.core.plans`):
 
-1. **open_generation** opens the next reference generation; new blobs go there from now on. A
-   retry of the same run finds the generation it opened and opens no other.
+1. **open_generation** fixes the run's plan (with Param `from_plan`, a dry run's id: it checks that
+   plan instead, same DAG, finished, younger than `plan_max_age_hours`, executed by no other run,
+   and nothing is planned anew), then opens the next reference generation; new blobs go there from
+   now on. A retry of the same run finds the generation it opened and opens no other.
 2. **plan_collection** lists the generations at most *this run's generation − 2* (the ADR's n-2
-   rule) that have pending deletions.
+   rule) that have pending deletions (none with `from_plan`).
 3. **collect** (mapped: one task per generation) holds the generation against late writers,
    streams every live reference to its blobs into a bloom filter (salted per attempt, sized for
    Param `false_positive_rate`), then walks the blobs with pending deletions in batches of
-   `batch_size`: those the filter has never seen lose their `gen.blob` row and deletions, and
-   their `mail/{blob_id}` object is owed in the outbox (two connections walk halves of the
-   candidates side by side). Blobs in the filter keep their deletions
-   for a later run (a false positive there is collected by the next run's differently salted
-   filter). If the reference scan fails, the task fails before deleting anything.
-4. **delete_owed_objects** deletes the owed objects with DeleteObjects.
-5. **report** records the totals; per-generation figures are in `blobgc.generation_collection`.
+   `batch_size` (two connections side by side): those the filter has never seen go into the plan
+   (`blobgc.plan_item`, part `generation {n}`: blob ids, `mail/{blob_id}` keys and sizes). Nothing
+   is deleted. Blobs in the filter keep their deletions for a later run (a false positive there is
+   collected by the next run's differently salted filter). If the reference scan fails, the task
+   fails and the run deletes nothing. On a dry run, this is the run's report.
+4. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`). Past
+   the threshold, it waits for a person to approve or reject (Airflow's Required Actions);
+   otherwise it goes on at once. A dry run never waits.
+5. **plan_parts** lists the plan's parts (one per generation), once the gate let the plan through.
+6. **delete_planned_blobs** (mapped, one task per generation of the plan) deletes the plan's blobs,
+   a batch per transaction, holding the generation alone and re-checking each blob exactly (not
+   with the filter): a blob no `gen.reference` points at loses its `gen.blob` row and deletions,
+   and its object is owed in the outbox; a blob referenced again since the plan is skipped,
+   recorded and kept. Nothing outside the plan is touched.
+7. **delete_owed_objects** deletes the owed objects with DeleteObjects (earlier runs' debts too).
+8. **report** records the totals and the plan's planned, deleted, skipped and failed counts, even
+   when the gate refused; per-generation figures are in `blobgc.generation_collection`.
 
-`dry_run` opens no generation (it reports the one a real run would open), deletes nothing, and
-logs the keys that would go. Clearing a failed `collect` re-runs just that generation.
+`dry_run` opens no generation (it reports the one a real run would open), makes the plan (also in
+`blobgc.deletion_log`, `dry_run = true`) and deletes nothing. Each task is idempotent: clear any
+one and re-run it. The receipt page `/blobgc/runs/blobgc_generations/<run id>` shows the plan and
+what became of it.
 """
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
 
 from blobgc.collectors import generations
-from blobgc.collectors.generations import CollectResult, OpenedGeneration
+from blobgc.collectors.generations import GenerationExecution, GenerationPlan, OpenedGeneration
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import execution_report
+from blobgc.dag_kit import (
+    Step,
+    check_plan_goes_on,
+    dag_defaults,
+    deleting_params,
+    deletion_gate,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    list_plan_parts,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.variables import blob_bucket
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
@@ -42,33 +70,44 @@ COLLECT_WORKERS = 2  # connections walking a generation's candidates side by sid
     params=deleting_params(
         false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
                                   description="The bloom filter's false-positive rate: the share of unreferenced "
-                                              "blobs a run keeps for a later run. Smaller costs more memory.")),
+                                              "blobs a run keeps for a later run. Smaller costs more memory."),
+        **plan_params()),
     tags=["blobgc", "seed-003", "generations", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_generations():
     @gc_step()
     def open_generation(step: Step) -> OpenedGeneration:
-        return generations.open_generation(step.conn, step.run)
+        plans = fix_run_plan(step)
+        return generations.open_generation(step.conn, step.run, plans=plans)
 
     @gc_step()
     def plan_collection(step: Step, opened: dict) -> list[int]:
         return generations.eligible_generations(step.conn, OpenedGeneration.from_xcom(opened))
 
     @gc_step(map_index_template="generation {{ task.op_kwargs['generation'] }}")
-    def collect(step: Step, generation: int, opened: dict) -> CollectResult:
-        return generations.collect_generation(
+    def collect(step: Step, generation: int, opened: dict) -> GenerationPlan:
+        return generations.plan_generation(
             step.conn, step.run, generation=generation, collectable=OpenedGeneration.from_xcom(opened).collectable,
             bucket=blob_bucket(), false_positive_rate=step.params["false_positive_rate"],
             batch_size=step.params["batch_size"], workers=COLLECT_WORKERS, connect=step.connect)
 
+    @gc_step(map_index_template="{{ task.op_kwargs['part']['part'] }}")
+    def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
+        check_plan_goes_on(step)  # even a delete task retried or cleared alone, hours later
+        return generations.execute_plan_part(step.conn, step.run, part=part["part"])
+
     opened = open_generation()
-    collected = collect.partial(opened=opened).expand(generation=plan_collection(opened))
-    # runs when there was nothing to collect too (no mapped task): earlier runs' debts are still owed
+    planned = collect.partial(opened=opened).expand(generation=plan_collection(opened))
+    parts = list_plan_parts()()
+    executed = delete_planned_blobs.expand(part=parts)
+    # runs when nothing was planned or executed too (no mapped task): earlier runs' debts are still owed
     drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()
-    collected >> drained
-    report_run(summaries={"collected": generations.summarize}, generation=OpenedGeneration, objects=DrainResult)(
-        generation=opened, objects=drained)
+    planned >> deletion_gate(trigger_rule="none_failed") >> parts
+    executed >> drained
+    report_run(trigger_rule="none_failed", summaries={"collected": generations.summarize, "plan": execution_report},
+               generation=OpenedGeneration, planned=GenerationPlan, executed=GenerationExecution,
+               objects=DrainResult)(generation=opened, planned=planned, executed=executed, objects=drained)
 
 
 dag = blobgc_generations()

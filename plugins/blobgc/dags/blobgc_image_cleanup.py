@@ -3,49 +3,94 @@
 
 Photos not bound to any offer (`offer_id IS NULL`: never attached, or unbound, whoever unbound them,
 `ON DELETE SET NULL` included; the unbinding stamps `last_update`) and untouched for `grace_days`
-are removed.
+are removed. Files go only when no row with that `image_id` is left, and rows go first.
 
-1. **delete_unbound_images** checks Variable `blobgc_image_sizes` (a bad one fails the run before
-   anything changes), then works in batches of `batch_size`, one transaction each: claim the stale
-   unbound rows with `FOR UPDATE SKIP LOCKED` and delete them (rows first: a row without its file is
-   worse than a file without a row), re-check which `image_id`s still have a row, and owe the files
-   of the others in the deletion log and the outbox.
-2. **delete_owed_objects** deletes the owed files with DeleteObjects. Under the image ids' locks it
+A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
+
+1. **plan_unbound_images** checks Variable `blobgc_image_sizes` (a bad one fails the run before
+   anything changes) and fixes the run's plan. It lists the stale unbound rows in batches of
+   `batch_size`, locking and deleting nothing, into `blobgc.plan_item`: an item per batch, with its
+   row ids and the files (keys and sizes) of the `image_id`s that would be left with no row. On a dry
+   run this is the report. With Param `from_plan` (a dry run's id) it checks that plan instead (same
+   DAG, finished, younger than `plan_max_age_hours`, executed by no other run) and plans nothing.
+2. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`). Past the
+   threshold, it waits for a person to approve or reject; otherwise it goes on at once. A dry run
+   never waits.
+3. **delete_unbound_images** executes the plan, an item per transaction: claim again with
+   `FOR UPDATE SKIP LOCKED` only the planned rows still unbound and untouched since before this run's
+   cut-off, and delete them (rows first: a row without its file is worse than a file without a row).
+   Then re-check which planned `image_id`s still have a row, and owe only the planned files of the
+   others in the deletion log and the outbox. A row bound or touched since the plan is skipped and
+   recorded, and so are the files of an `image_id` that still has a row. Nothing outside the plan is
+   touched.
+4. **delete_owed_objects** deletes the owed files with DeleteObjects. Under the image ids' locks it
    checks once more that no row uses them. It also deletes the files of uploads that died before
    their row was written.
-3. **report** records rows, objects and bytes in `blobgc.reclaim_daily`.
+5. **report** records rows, objects and bytes in `blobgc.reclaim_daily`, and the plan's planned,
+   deleted, skipped and failed counts. It runs even when the gate refused.
 
-`dry_run` reports the rows and files that would go and changes nothing.
+`dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. The
+receipt page `/blobgc/runs/blobgc_image_cleanup/<run id>` shows the plan and what became of it.
 """
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, dag
 
-from blobgc.collectors.image_cleanup import CleanupResult, delete_unbound_images
+from blobgc.collectors.image_cleanup import (
+    CleanupExecution,
+    CleanupResult,
+    execute_image_plan,
+    plan_unbound_images,
+)
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import Step, dag_defaults, destructive_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import execution_report
+from blobgc.dag_kit import (
+    Step,
+    check_plan_goes_on,
+    dag_defaults,
+    deletion_gate,
+    destructive_params,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
+
+
+def grace_cutoff(step: Step):
+    return step.cutoff(days=step.params["grace_days"])
 
 
 @dag(
     dag_id="blobgc_image_cleanup",
     schedule=CronTriggerTimetable("30 4 * * *", timezone="UTC"),
     **dag_defaults(),
-    params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept."),
+    params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept.",
+                              **plan_params()),
     tags=["blobgc", "seed-001", "images", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_image_cleanup():
-    @gc_step(task_id="delete_unbound_images", checks=(image_sizes,))
-    def delete_unbound(step: Step) -> CleanupResult:
-        return delete_unbound_images(step.conn, step.run, cutoff=step.cutoff(days=step.params["grace_days"]),
-                                     bucket=blob_bucket(), size_names=image_sizes(),
-                                     batch_size=step.params["batch_size"])
+    @gc_step(task_id="plan_unbound_images", checks=(image_sizes,))
+    def plan_unbound(step: Step) -> CleanupResult:
+        if not fix_run_plan(step):
+            return CleanupResult()
+        return plan_unbound_images(step.conn, step.run, cutoff=grace_cutoff(step), bucket=blob_bucket(),
+                                   size_names=image_sizes(), batch_size=step.params["batch_size"])
 
+    @gc_step(task_id="delete_unbound_images")
+    def delete_unbound(step: Step) -> CleanupExecution:
+        check_plan_goes_on(step)  # even a delete task retried or cleared alone, hours later
+        return execute_image_plan(step.conn, step.run, cutoff=grace_cutoff(step))
+
+    planned = plan_unbound()
     deleted = delete_unbound()
     drained = drain_owed_objects()()
-    deleted >> drained
-    report_run(images=CleanupResult, objects=DrainResult)(images=deleted, objects=drained)
+    planned >> deletion_gate(trigger_rule="none_failed") >> deleted >> drained
+    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, planned=CleanupResult,
+               images=CleanupExecution, objects=DrainResult)(planned=planned, images=deleted, objects=drained)
 
 
 dag = blobgc_image_cleanup()

@@ -6,27 +6,47 @@ Clients upload straight to `staging/{userId}/…` (bucket `{prefix}images`) and
 5 minutes; `finalize` moves what it accepts and deletes what it refuses. What is left there was
 never finalized: a client that gave up, or a finalize that died between its copy and its delete.
 
-1. **plan_shards** finds the shards: one per leading character of the user ids under each
-   staging prefix (one listing call per shard found).
-2. **delete_stale_staging** (mapped: one task per shard) lists the shard and owes the deletion of
-   every upload last modified before the run's data-interval end (never past the present) minus
-   `max_age_minutes` (which must exceed the presign lifetime: at least 7). Only keys of the staging
-   layouts (`staging/{userId}/{uuid}.{ext}`, `profiles-staging/{userId}/{slot}/{uuid}.{ext}`) go;
-   any other key under a staging prefix is reported as `unexpected` and kept. A retry lists again
-   and replaces what it owed.
-3. **delete_owed_objects** deletes them with DeleteObjects, 1000 keys a call.
-4. **report** records the totals.
+1. **plan_shards** fixes the run's plan and finds the shards: one per leading character of the user
+   ids under each staging prefix (one listing call per shard found).
+2. **plan_stale_staging** (mapped: one task per shard) lists the shard and puts into the run's **plan**
+   (`blobgc.plan_item`) every upload last modified before the run's data-interval end (never past the
+   present) minus `max_age_minutes` (which must exceed the presign lifetime: at least 7), with that
+   cut-off. Only keys of the staging layouts (`staging/{userId}/{uuid}.{ext}`,
+   `profiles-staging/{userId}/{slot}/{uuid}.{ext}`) are planned; any other key under a staging prefix is
+   reported as `unexpected` and kept. A retry lists again and replaces what it planned.
+3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
+   threshold it waits for a person to approve or reject. A dry run never waits.
+4. **owe_planned_objects** hands the plan's uploads to the outbox; **delete_owed_objects** deletes them
+   with DeleteObjects, 1000 keys a call, asking each one's LastModified first: an upload written again
+   since the plan is kept, one finalized meanwhile is gone already and counts as absent.
+5. **report** records the totals and the plan's planned, deleted, skipped and failed counts (even when
+   the gate refused).
 
-`dry_run` reports what would go and deletes nothing.
+With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG, finished, younger than
+`plan_max_age_hours`, executed by no other run) instead of listing, and the run deletes exactly it.
+`dry_run` makes the plan and deletes nothing.
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
+from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, StagingResult
 from blobgc.core.outbox import DrainResult
-from blobgc.dag_kit import S3_POOL, Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, report_run
+from blobgc.core.plans import OwedFromPlan, execution_report
+from blobgc.dag_kit import (
+    S3_POOL,
+    Step,
+    dag_defaults,
+    deleting_params,
+    deletion_gate,
+    drain_owed_objects,
+    fix_run_plan,
+    owe_planned_objects,
+    gc_step,
+    plan_params,
+    report_run,
+)
 from blobgc.dag_kit.variables import media_settings
 
 
@@ -37,26 +57,31 @@ from blobgc.dag_kit.variables import media_settings
     params=deleting_params(
         max_age_minutes=Param(60, type="integer", minimum=7,
                               description="Staging objects older than this are abandoned uploads. Must exceed "
-                                          "the presigned POST's 5 minutes.")),
+                                          "the presigned POST's 5 minutes."),
+        **plan_params()),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_media_staging():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
+        if not fix_run_plan(step):
+            return []
         return [s.to_xcom() for s in media_cleanup.staging_shards(step.s3, media_settings())]
 
     @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
                                               "{{ task.op_kwargs['shard']['prefix'] }}")
-    def delete_stale_staging(step: Step, shard: dict) -> StagingResult:
-        return media_cleanup.delete_stale_staging(step.conn, step.s3, step.run, MediaShard.from_xcom(shard),
-                                                  cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
-                                                  batch_size=step.params["batch_size"])
+    def plan_stale_staging(step: Step, shard: dict) -> StagingResult:
+        return media_cleanup.plan_stale_staging(step.conn, step.s3, step.run, MediaShard.from_xcom(shard),
+                                                cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
+                                                batch_size=step.params["batch_size"])
 
-    stale = delete_stale_staging.expand(shard=plan_shards())
-    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()  # also when no shard had a task
-    stale >> drained
-    report_run(staging=StagingResult, objects=DrainResult)(staging=stale, objects=drained)
+    stale = plan_stale_staging.expand(shard=plan_shards())
+    owed = owe_planned_objects()()
+    drained = drain_owed_objects()()
+    stale >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
+    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, staging=StagingResult,
+               owed=OwedFromPlan, objects=DrainResult)(staging=stale, owed=owed, objects=drained)
 
 
 dag = blobgc_media_staging()

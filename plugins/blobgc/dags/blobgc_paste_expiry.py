@@ -4,33 +4,65 @@
 Hourly (and by hand, or backfilled). A paste expires when `status = 'NOT_EXPIRED'` and `expires_at`
 is before the run's reference time (its data-interval end, never past now).
 
-1. **check_ref_counts** repairs `app.content.ref_count` drift (the count of pastes is the truth);
-   contents left with no paste go, so drift never leaks storage.
-2. **expire_pastes** (mapped over the ranges of `expires_at` that **plan_expiry** cuts, `expiry_workers`)
-   works in batches of `batch_size`, one transaction each: claim and delete the pastes (`FOR UPDATE
-   SKIP LOCKED`), decrement each content once by its claimed pastes, delete contents that reach 0,
-   owe their objects (outbox) and the short codes (`blobgc.cache_purge`). Two runs at once never
-   decrement twice.
-3. **delete_owed_objects** deletes the owed `pastes/{content_hash}` objects (an object whose content
-   was created again meanwhile is kept); **purge_cache_keys** unlinks the short codes from Redis.
-   Both drain what earlier runs left owed too.
-4. **report** records pastes, contents, objects and bytes in `blobgc.reclaim_daily`.
+A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 
-`dry_run` reports what would go and changes nothing. Every task is idempotent: clear and re-run it.
+1. **check_ref_counts** fixes the run's plan (with Param `from_plan`, a dry run's id: checks that plan
+   instead, same DAG, finished, younger than `plan_max_age_hours`, executed by no other run), and
+   repairs `app.content.ref_count` drift (the count of pastes is the truth). Contents left with no
+   paste are planned (part *orphan contents*), never deleted outside a plan; a run executing a dry
+   run's plan plans nothing, and a later run picks them up.
+2. **expiry_ranges** cuts the due pastes into `expiry_workers` ranges of `content_hash` (none with
+   `from_plan`), so that all the pastes of a content fall in one part; **plan_expiry** (mapped, one
+   task per range) lists the due pastes, a batch of `batch_size` per plan item, with the
+   `pastes/{content_hash}` objects (and sizes) of the contents that batch takes to ref_count 0.
+   Nothing is locked or deleted. On a dry run, this is the report (also in `blobgc.deletion_log`,
+   `dry_run = true`).
+3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
+   threshold it waits for a person to approve or reject. A dry run never waits.
+4. **plan_parts** lists the plan's parts once the gate let it through; **expire_pastes** (mapped, one
+   task per part) executes them, an item per transaction: claim again (`FOR UPDATE SKIP LOCKED`) only
+   the planned pastes still NOT_EXPIRED and due before the plan's cutoff, delete them, decrement each
+   content once by its claimed pastes, delete the contents that reach 0 *and were planned*, owe their
+   objects (outbox) and the short codes (`blobgc.cache_purge`). A paste extended since the plan, and
+   an object whose content gained a paste, are skipped and recorded; a content that reaches 0 without
+   being planned keeps its row and object for a later run. Orphan contents go only if still no paste
+   points at them. Two runs at once never decrement twice.
+5. **delete_owed_objects** deletes the owed `pastes/{content_hash}` objects (an object whose content
+   was created again meanwhile is kept); **purge_cache_keys** unlinks the short codes from Redis.
+   Both drain what earlier runs left owed too, and run even when this run's plan is empty or was refused
+   at the gate (then they only drain what earlier runs owe).
+6. **report** records pastes, contents, objects and bytes in `blobgc.reclaim_daily`, and the plan's
+   planned, deleted, skipped and failed counts. It runs even when the gate refused.
+
+`dry_run` makes the plan and changes nothing. Every task is idempotent: clear and re-run it. A run
+cleared whole after its gate (a backfill reprocessing a failed run) keeps the plan that was judged and
+executes what is left of it, planning nothing again. The receipt page
+`/blobgc/runs/blobgc_paste_expiry/<run id>` shows the plan and what became of it.
 """
 from __future__ import annotations
-
-from datetime import datetime
 
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors.paste_expiry import (
-    DriftReport, ExpiryResult, check_ref_counts, expire_pastes, split_expiry_window,
+    DriftReport, ExpiryExecution, PlannedExpiry, check_ref_counts, execute_expiry_part, plan_expiry, plans_itself,
+    restart_expiry_plan, split_expiry_contents,
 )
 from blobgc.core.cache_purge import PurgeResult
 from blobgc.core.outbox import DrainResult
+from blobgc.core.plans import execution_report
 from blobgc.dag_kit import (
-    Step, dag_defaults, deleting_params, drain_owed_objects, gc_step, purge_owed_cache_keys, report_run,
+    Step,
+    check_plan_goes_on,
+    dag_defaults,
+    deleting_params,
+    deletion_gate,
+    drain_owed_objects,
+    fix_run_plan,
+    gc_step,
+    list_plan_parts,
+    plan_params,
+    purge_owed_cache_keys,
+    report_run,
 )
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
 
@@ -41,38 +73,56 @@ from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
     **dag_defaults(),
     params=deleting_params(
         expiry_workers=Param(2, type="integer", minimum=1, maximum=16,
-                             description="Parallel expire_pastes tasks, each over its own range of expires_at.")),
+                             description="Parallel plan_expiry tasks, each over its own range of content_hash (and so "
+                                         "parts of the plan, each executed by its own expire_pastes task)."),
+        **plan_params()),
     tags=["blobgc", "seed-002", "pastes", "destructive"],
     doc_md=__doc__,
 )
 def blobgc_paste_expiry():
     @gc_step(task_id="check_ref_counts")
     def repair_ref_counts(step: Step) -> DriftReport:
-        return check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"])
+        plans = fix_run_plan(step)
+        return check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"],
+                                plan_orphans=plans)
 
     @gc_step()
-    def plan_expiry(step: Step) -> list[list[str | None]]:
-        parts = 1 if step.run.dry_run else step.params["expiry_workers"]
-        ranges = split_expiry_window(step.conn, step.run.reference_time, parts)
-        return [[edge.isoformat() if edge else None for edge in r] for r in ranges]
+    def expiry_ranges(step: Step) -> list[list[str | None]]:
+        # a retry may cut other ranges: take back the old ones (none once the gate judged the plan: it is kept)
+        if not plans_itself(step.conn, step.run) or not restart_expiry_plan(step.conn, step.run):
+            return []
+        return [list(r) for r in split_expiry_contents(step.conn, step.run.reference_time,
+                                                       step.params["expiry_workers"])]
 
-    @gc_step(task_id="expire_pastes", map_index_template="expires_at {{ task.op_kwargs['window'][0] or 'start' }} "
-                                                          ".. {{ task.op_kwargs['window'][1] or 'cutoff' }}")
-    def expire_window(step: Step, window: list[str | None]) -> ExpiryResult:
-        start, end = (datetime.fromisoformat(edge) if edge else None for edge in window)
-        return expire_pastes(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
-                             batch_size=step.params["batch_size"], redis_prefix=paste_redis_prefix(),
-                             expires_range=(start, end))
+    @gc_step(task_id="plan_expiry", map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
+                                                        "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}")
+    def plan_range(step: Step, hashes: list[str | None]) -> PlannedExpiry:
+        return plan_expiry(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
+                           batch_size=step.params["batch_size"], content_range=(hashes[0], hashes[1]))
+
+    @gc_step(task_id="expire_pastes",
+             map_index_template="{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
+                                "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
+                                "{% else %}{{ p }}{% endif %}")
+    def expire_part(step: Step, part: dict) -> ExpiryExecution:
+        check_plan_goes_on(step)  # even a task retried or cleared alone, hours later
+        return execute_expiry_part(step.conn, step.run, part=part["part"], redis_prefix=paste_redis_prefix())
 
     drift = repair_ref_counts()
-    windows = plan_expiry()
-    expired = expire_window.expand(window=windows)
-    objects = drain_owed_objects()()
-    cache = purge_owed_cache_keys()()
-    drift >> windows
+    ranges = expiry_ranges()
+    planned = plan_range.expand(hashes=ranges)
+    gate = deletion_gate(trigger_rule="none_failed")
+    parts = list_plan_parts()()
+    expired = expire_part.expand(part=parts)
+    # none_failed: they drain what earlier runs owe even when this run's plan is empty (no expire_pastes task)
+    objects = drain_owed_objects(trigger_rule="none_failed")()
+    cache = purge_owed_cache_keys(trigger_rule="none_failed")()
+    drift >> ranges
+    planned >> gate >> parts
     expired >> [objects, cache]
-    report_run(ref_counts=DriftReport, expired=ExpiryResult, objects=DrainResult, cache=PurgeResult)(
-        ref_counts=drift, expired=expired, objects=objects, cache=cache)
+    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, ref_counts=DriftReport,
+               planned=PlannedExpiry, expired=ExpiryExecution, objects=DrainResult, cache=PurgeResult)(
+        ref_counts=drift, planned=planned, expired=expired, objects=objects, cache=cache)
 
 
 dag = blobgc_paste_expiry()

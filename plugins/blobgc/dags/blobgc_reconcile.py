@@ -42,17 +42,16 @@ from airflow.sdk import CronTriggerTimetable, Param, dag
 from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
 from blobgc.core.outbox import DrainResult
-from blobgc.core import plans
 from blobgc.core.plans import OwedFromPlan, execution_report
 from blobgc.dag_kit import (
     S3_POOL,
     Step,
-    check_plan_goes_on,
     dag_defaults,
     deletion_gate,
     destructive_params,
     drain_owed_objects,
     fix_run_plan,
+    owe_planned_objects,
     gc_step,
     plan_params,
     report_run,
@@ -121,13 +120,8 @@ def blobgc_reconcile():
             step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
             collection=one_collection(step.conn, part.collection) if part.collection else None)
 
-    @gc_step()
-    def owe_planned_objects(step: Step) -> OwedFromPlan:
-        check_plan_goes_on(step)
-        return plans.owe_planned_objects(step.conn, step.run)  # the task's own name shadows the function's
-
     shards = reconcile_shard.expand(shard=plan_shards())
-    owed = owe_planned_objects()
+    owed = owe_planned_objects()()
     drained = drain_owed_objects()()
     shards >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
     report_run(trigger_rule="none_failed", summaries={"reconcile": reconcile.summarize, "plan": execution_report},
