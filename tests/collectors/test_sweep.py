@@ -272,7 +272,8 @@ def test_real_deletions_add_to_reclaim_daily(conn, s3, bucket):
     sweep(conn, bucket, run)
     delete_owed_objects(conn, s3, run)
     row = conn.execute("SELECT runs, rows_deleted, objects_deleted, bytes_reclaimed FROM blobgc.reclaim_daily "
-                       "WHERE dag_id = 'blobgc_sweep' AND NOT dry_run AND day = current_date").fetchone()
+                       "WHERE dag_id = 'blobgc_sweep' AND NOT dry_run AND day = (SELECT (started_at AT TIME ZONE 'UTC')::date "
+                       "FROM blobgc.run WHERE dag_id = %s AND run_id = %s)", (run.dag_id, run.run_id)).fetchone()
     assert row == (1, 5, 10, 5 * (1000 + 10))  # raw and thumbnail bytes, as the store reported them
 
 

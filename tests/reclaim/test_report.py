@@ -11,12 +11,15 @@ from blobgc.reclaim.report import collect_report
 
 
 def test_report_collects_runs_owed_deletions_and_reconcile_findings(conn):
-    today = conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]
     with conn.transaction():
+        today = conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone()[0]
+        # r0 started an hour earlier, but never before today's UTC midnight: the daily figures group by start day,
+        # and a run shortly after midnight must not put r0 on yesterday (a CI run just after midnight failed so).
         for run_id, dry, objects, size in (("r1", False, 3, 300), ("d1", True, 5, 500), ("r0", False, 1, 10)):
             conn.execute("INSERT INTO blobgc.run (dag_id, run_id, dry_run, finished_at, objects_deleted, "
                          "bytes_reclaimed, started_at) VALUES ('blobgc_sweep', %s, %s, now(), %s, %s, "
-                         "now() - %s::interval)", (run_id, dry, objects, size, "1 hour" if run_id == "r0" else "0"))
+                         "greatest(now() - %s::interval, (now() AT TIME ZONE 'UTC')::date AT TIME ZONE 'UTC'))",
+                         (run_id, dry, objects, size, "1 hour" if run_id == "r0" else "0"))
         log_id = conn.execute(
             "INSERT INTO blobgc.deletion_log (dag_id, run_id, source, bucket, keys, sizes) VALUES "
             "('blobgc_sweep', 'r1', 'app.blob', 'blobgc', '{a,b,c}', '{1,2,3}') RETURNING id").fetchone()[0]
