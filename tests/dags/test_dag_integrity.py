@@ -157,3 +157,32 @@ def test_dag_files_do_no_work_at_import():
 
 def test_plugins_airflowignore_lists_the_library():
     assert "blobgc/" in (ROOT / "plugins" / ".airflowignore").read_text().split()
+
+
+# Issue 20: in every destructive DAG the tasks that plan come before `gate`, and the tasks that delete rows or
+# owe objects for the first time come after it, so no new deletion can start before the gate has judged the plan.
+# (`delete_owed_objects`/`retry_owed_objects` may run earlier: they drain what earlier, judged runs owe.)
+PLANNING_AND_EXECUTING = {
+    "blobgc_sweep": ({"plan_deletions"}, {"plan_parts", "delete_unused_blobs"}),
+    "blobgc_image_cleanup": ({"plan_unbound_images"}, {"delete_unbound_images"}),
+    "blobgc_reconcile": ({"reconcile_shard"}, {"owe_planned_objects"}),
+    "blobgc_paste_expiry": ({"check_ref_counts", "plan_expiry"}, {"plan_parts", "expire_pastes"}),
+    "blobgc_generations": ({"collect"}, {"plan_parts", "delete_planned_blobs"}),
+    "blobgc_media_staging": ({"plan_stale_staging"}, {"owe_planned_objects"}),
+    "blobgc_media_thumbnails": ({"check_thumbnails"}, {"owe_planned_objects"}),
+}
+
+
+@pytest.mark.parametrize("dag_id", sorted(PLANNING_AND_EXECUTING))
+def test_every_destructive_dag_plans_before_its_gate_and_deletes_only_after_it(dagbag, dag_id):
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    dag = dagbag.dags[dag_id]
+    planning, executing = PLANNING_AND_EXECUTING[dag_id]
+    gate = dag.get_task("gate")
+    assert isinstance(gate, ApprovalOperator)
+    before_gate = gate.get_flat_relative_ids(upstream=True)
+    assert planning <= before_gate, f"{dag_id}: {planning - before_gate} not upstream of the gate"
+    after_gate = gate.get_flat_relative_ids(upstream=False)
+    assert executing <= after_gate, f"{dag_id}: {executing - after_gate} not downstream of the gate"
+    assert "report" in after_gate  # the report records the gate's decision, even a rejection
