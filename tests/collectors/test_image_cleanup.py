@@ -229,6 +229,43 @@ def test_a_dry_runs_plan_executed_deletes_exactly_the_planned_rows_and_files(con
     assert report["failed_objects"] == 0
 
 
+
+def test_a_plan_executed_after_another_run_freed_its_images_owes_none_of_their_files_again(conn, s3, settings):
+    """A dry run's plan executed after the scheduled run deleted the same rows: the files were owed once, by the run
+    that freed them; the second run skips them (it took no file record and deleted no row of theirs)."""
+    images = [pre_upload(conn, s3, settings, jpeg(100 + i)) for i in range(2)]
+    age_rows(conn, 20)
+    dry, _ = plan(conn, settings, dry_run=True, name="dry-overlap")
+    finish_run(conn, dry)
+    scheduled, freed = cleanup(conn, settings, name="scheduled")
+    assert (freed.rows_deleted, freed.images_deleted, freed.objects_owed) == (2, 2, 2 * len(SIZES))
+    late, _ = plan(conn, settings, name="late", from_plan=dry.run_id)
+    result = execute(conn, late)
+    assert (result.rows_deleted, result.images_deleted, result.objects_owed) == (0, 0, 0)
+    assert (result.skipped_rows, result.skipped_objects) == (2, 2 * len(SIZES))
+    owed_by = conn.execute("SELECT run_id, count(*) FROM blobgc.deleted_object WHERE NOT dry_run GROUP BY run_id"
+                           ).fetchall()
+    assert owed_by == [(scheduled.run_id, 2 * len(SIZES))]
+    drain(conn, s3)
+    assert object_keys(s3, settings.bucket) == set()
+
+
+def test_a_row_touched_since_the_plan_is_skipped_by_a_run_with_a_shorter_grace(conn, s3, settings):
+    """A run executing a dry run's plan re-checks each row against the plan's cut-off too: a row touched after the
+    plan (still unbound) is skipped even by a run whose own grace (0 days) would let it go."""
+    stale, touched = (pre_upload(conn, s3, settings, jpeg(110 + i)) for i in range(2))
+    age_rows(conn, 20)
+    dry, _ = plan(conn, settings, dry_run=True, name="dry-14-days")
+    finish_run(conn, dry)
+    with conn.transaction():
+        conn.execute("UPDATE app.image SET last_update = now() WHERE image_id = %s", (touched,))
+    real, _ = plan(conn, settings, name="grace-0", from_plan=dry.run_id)
+    now = conn.execute("SELECT now()").fetchone()[0]  # grace_days 0: the run's own cut-off is the present
+    result = execute_image_plan(conn, real, cutoff=now)
+    assert (result.rows_deleted, result.skipped_rows, result.objects_owed) == (1, 1, len(SIZES))
+    assert [r[0] for r in image_rows(conn)] == [touched]
+    drain(conn, s3)
+    assert object_keys(s3, settings.bucket) == set(image_keys(touched, SIZES))
 def test_planned_files_are_kept_when_their_image_id_has_a_row_again_at_delete_time(conn, s3, settings):
     image_id = pre_upload(conn, s3, settings, jpeg(90))
     age_rows(conn, 20)

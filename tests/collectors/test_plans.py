@@ -80,5 +80,38 @@ def test_a_plan_refused_at_one_runs_gate_is_never_executed_by_another(conn, s3, 
     second = ensure_run(conn, RunRef(DAG, "second"), NOW)
     with pytest.raises(PlanRefused, match="was rejected at the gate of run 'first'"):
         fix_plan(conn, second, dry.run_id, 24)
+    report_before = dry_run_report(conn, dry.run_id)
+    assert report_before == (4, 8, 8)
     with pytest.raises(PlanRefused, match="may not plan again: run first executes it"):
         plan_collection(conn, dry, bound, refs, cutoff=CUTOFF)  # the dry run's plan is on record: kept as it is
+    assert dry_run_report(conn, dry.run_id) == report_before  # and so is its report, which a person judged
+
+
+def dry_run_report(conn, run_id: str) -> tuple:
+    """A dry run's report: the rows and objects it counted, and the keys in its deletion log."""
+    return conn.execute("SELECT rows_deleted, objects_deleted, (SELECT count(*) FROM blobgc.deleted_object "
+                        "WHERE run_id = %s AND dry_run) FROM blobgc.run WHERE dag_id = %s AND run_id = %s",
+                        (run_id, DAG, run_id)).fetchone()
+
+
+def test_a_row_used_and_unused_again_since_the_plan_is_skipped_by_a_run_with_a_shorter_grace(conn, s3, bucket):
+    """A run executing a dry run's plan re-checks each row against the plan's cut-off too, not only its own: a row
+    that became used again after the plan, and unused once more, is skipped even at a grace of 0."""
+    schema, _uploads, bound, refs = marked_shop(conn, s3, bucket)
+    dry = planned(conn, "planned-at-24h", bound, refs, dry=True)  # 5, 6, 7 and 8, unused for 2 days
+    finish_run(conn, dry)
+    with conn.transaction():
+        conn.execute(f"INSERT INTO {schema}.product VALUES (4, 6)")
+    mark_collection(conn, bound, refs)  # 6 is used again
+    with conn.transaction():
+        conn.execute(f"DELETE FROM {schema}.product WHERE id = 4")
+    mark_collection(conn, bound, refs)  # and unused again, since now
+    real = ensure_run(conn, RunRef(DAG, "grace-0"), NOW)
+    fix_plan(conn, real, dry.run_id, 24)
+    record_judgement(conn, real, judge(conn, real, GateSettings()), APPROVED, "alice")
+    now = conn.execute("SELECT now()").fetchone()[0]  # grace_hours 0: the run's own cut-off is the present
+    result = execute_plan_part(conn, real, bound, refs, cutoff=now, part=range_part(WHOLE, bound.name))
+    assert (result.rows_deleted, result.skipped_rereferenced) == (3, 1)
+    assert {r[0] for r in conn.execute(f"SELECT id FROM {schema}.upload")} == {1, 2, 3, 4, 6, 9}
+    assert conn.execute("SELECT skipped_ids FROM blobgc.plan_outcome WHERE run_id = %s", (real.run_id,)
+                        ).fetchone()[0] == ["6"]

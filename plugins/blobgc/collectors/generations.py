@@ -54,10 +54,10 @@ from blobgc.core.plans import (
     fix_plan,
     pending_items,
     record_outcome,
-    restart_plan_part,
+    restart_planning,
 )
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef, add_counts, restart_dry_run_part
+from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -263,8 +263,7 @@ def plan_generation(
         raise ValueError(f"false_positive_rate must be between 0 and 1, not {false_positive_rate}")
     check_collectable(generation, collectable)
     part = plan_part(generation)
-    restart_dry_run_part(conn, run, part)  # a retried dry run reports its generation once
-    restart_plan_part(conn, run, part)  # and a retried planning task plans it once
+    restart_planning(conn, run, part)  # a retried planning task plans (and a dry run reports) its generation once
     result = GenerationPlan(generation)
     with collecting_generation(conn, generation):
         if not run.dry_run:

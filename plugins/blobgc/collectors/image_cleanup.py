@@ -11,8 +11,10 @@ The cleanup plans first, then executes exactly its plan (`blobgc.core.plans`):
   and adds one plan item per batch: its row ids, and the files of the image ids that would be left
   with no row. On a dry run this is the report (also logged in `blobgc.deletion_log`, `dry_run = true`).
 - `execute_image_plan` deals with each item in its own transaction. It claims the planned rows again
-  (FOR UPDATE SKIP LOCKED) only while they are still unbound and untouched since before the cut-off,
-  deletes them, and owes only the planned files of image ids that now have no row. Anything else
+  (FOR UPDATE SKIP LOCKED) only while they are still unbound and untouched since before the cut-off
+  (the earlier of the executing run's and the plan's), deletes them, and owes only the planned files of
+  image ids that now have no row and that this run freed (it deleted one of their rows, or took their
+  `blobgc.image_file` record): a run executing a plan that overlaps another's owes no file twice. Anything else
   in the item is skipped and recorded (`blobgc.plan_outcome`). The drain's guard re-checks once more
   under the image id's stripe, just before DeleteObjects (`blobgc.core.keys.IMAGE_FILES`).
 """
@@ -28,9 +30,9 @@ import psycopg
 from blobgc.core import queries
 from blobgc.core.keys import IMAGE_FILES, image_keys
 from blobgc.core.outbox import record_deletions
-from blobgc.core.plans import PlanItem, add_plan_item, pending_items, record_outcome, restart_plan_part
+from blobgc.core.plans import PlanItem, add_plan_item, item_cutoff, pending_items, record_outcome, restart_planning
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts, restart_dry_run_part
+from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -98,8 +100,7 @@ def plan_unbound_images(
     and unbound. A retried task plans again from scratch. On a dry run, this is the run's report.
     """
     size_names = list(size_names)
-    restart_dry_run_part(conn, run, PART)
-    restart_plan_part(conn, run, PART)
+    restart_planning(conn, run, PART)
     result = CleanupResult()
     after = 0
     while True:
@@ -114,7 +115,7 @@ def plan_unbound_images(
             stored = conn.execute(queries.load("images/select_image_files"), {"image_ids": going}).fetchall()
             keys, sizes = files_of(going, stored, size_names)
             add_plan_item(conn, run, part=PART, collection=None, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
-                          row_ids=[str(row_id) for row_id, _, _ in rows])
+                          row_ids=[str(row_id) for row_id, _, _ in rows], modified_before=cutoff)
             batch_bytes = sum(size or 0 for size in sizes)
             if run.dry_run:
                 record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=PART)
@@ -140,8 +141,9 @@ def plan_unbound_images(
 def execute_image_plan(conn: psycopg.Connection, run: RunRef, *, cutoff: datetime) -> CleanupExecution:
     """Delete exactly the rows of `run`'s plan and owe exactly its files, an item per transaction, re-checking each.
 
-    A planned row is deleted only if it is still unbound and untouched since before `cutoff`; a planned file is
-    owed only if its image id has no row left. Everything else in the item is skipped and recorded in
+    A planned row is deleted only if it is still unbound and untouched since before `cutoff` (and the cut-off it was
+    planned by); a planned file is owed only if its image id has no row left and this transaction freed it (see
+    `execute_item`). Everything else in the item is skipped and recorded in
     `blobgc.plan_outcome`; nothing outside the plan is touched. A retry skips the items already dealt with.
     Does nothing on a dry run.
     """
@@ -150,7 +152,7 @@ def execute_image_plan(conn: psycopg.Connection, run: RunRef, *, cutoff: datetim
         return result
     for item in pending_items(conn, run, part=PART, collection=None):
         with conn.transaction():
-            deleted, keys, sizes, images, kept = execute_item(conn, run, item, cutoff=cutoff)
+            deleted, keys, sizes, images, kept = execute_item(conn, run, item, cutoff=item_cutoff(item, cutoff))
         result.items += 1
         result.batches += 1
         result.rows_deleted += deleted
@@ -162,7 +164,8 @@ def execute_image_plan(conn: psycopg.Connection, run: RunRef, *, cutoff: datetim
         result.skipped_objects += len(item.keys) - len(keys)
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
     log.info("%d plan items: deleted %d unbound rows, owed the files of %d image ids (%d objects, %s); skipped %d "
-             "rows (bound, touched or held since the plan) and %d files (their image id has a row)", result.items,
+             "rows (bound, touched or held since the plan) and %d files (their image id has a row, or another run "
+             "freed them)", result.items,
              result.rows_deleted, result.images_deleted, result.objects_owed, human_bytes(result.bytes_owed),
              result.skipped_rows, result.skipped_objects)
     return result
@@ -171,21 +174,29 @@ def execute_image_plan(conn: psycopg.Connection, run: RunRef, *, cutoff: datetim
 def execute_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, cutoff: datetime
                  ) -> tuple[int, list[str], list[int | None], int, int]:
     """One plan item, in the caller's transaction: returns the rows deleted, the keys owed with their sizes, the
-    number of image ids whose files were owed, and the number of the deleted rows' image ids that keep a row."""
+    number of image ids whose files were owed, and the number of the deleted rows' image ids that keep a row.
+
+    A planned image id's files are owed when it has no row left and this transaction freed them: it deleted a row
+    of that id, or it took the id's `blobgc.image_file` record (a DELETE, so two runs whose plans overlap take it
+    once, and only one of them owes the files). Files planned by the configured sizes, for an image stored before
+    blobgc recorded files (no record to take, sizes unknown), are owed whenever the id has no row left."""
     planned_ids = item.row_ids or []
     deleted = conn.execute(queries.load("images/delete_planned_images"),
                            {"ids": [int(i) for i in planned_ids], "cutoff": cutoff}).fetchall()
     gone = {str(row_id) for row_id, _ in deleted}
+    freed_here = {image_id for _, image_id in deleted}
     owners = [IMAGE_FILES.identity(key) for key in item.keys]
     planned_images = {image_id for image_id in owners if image_id}
-    checked = sorted(planned_images | {image_id for _, image_id in deleted})
+    checked = sorted(planned_images | freed_here)
     in_use = {r[0] for r in conn.execute(queries.load("images/select_images_in_use"), {"image_ids": checked})}
-    doomed = sorted(planned_images - in_use)
-    conn.execute(queries.load("images/delete_image_files"), {"image_ids": doomed})
-    owed = [i for i, image_id in enumerate(owners) if image_id in planned_images and image_id not in in_use]
+    unused = sorted(planned_images - in_use)
+    taken = {r[0] for r in conn.execute(queries.load("images/delete_image_files"), {"image_ids": unused})}
+    unrecorded = {image_id for image_id, size in zip(owners, item.sizes, strict=True) if size is None}
+    doomed = {image_id for image_id in unused if image_id in taken | unrecorded | freed_here}
+    owed = [i for i, image_id in enumerate(owners) if image_id in doomed]
     keys = [item.keys[i] for i in owed]
     sizes = [item.sizes[i] for i in owed]
-    kept = len({image_id for _, image_id in deleted} & in_use)
+    kept = len(freed_here & in_use)
     record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=keys, sizes=sizes, part=PART)
     add_counts(conn, run, rows=len(deleted))
     record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(keys),

@@ -54,10 +54,10 @@ from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
     PLAN_MAX_AGE_HOURS, PlanItem, PlanRefused, add_plan_item, fix_plan, pending_items, plan_of, plan_parts,
-    record_outcome, restart_plan_part,
+    record_outcome, restart_planning,
 )
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts, ensure_run, restart_dry_run_part
+from blobgc.core.runs import RunRef, add_counts, ensure_run
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,7 @@ def restart_expiry_plan(conn: psycopg.Connection, run: RunRef) -> bool:
         return False
     for part in plan_parts(conn, run):
         if part["part"].startswith(f"{CONTENTS_PART} "):
-            restart_plan_part(conn, run, part["part"])
-            restart_dry_run_part(conn, run, part["part"])
+            restart_planning(conn, run, part["part"])
     return True
 
 
@@ -158,8 +157,7 @@ def plan_expiry(
     if settled_plan(conn, run):
         return PlannedExpiry()
     part = contents_part(content_range)
-    restart_dry_run_part(conn, run, part)
-    restart_plan_part(conn, run, part)
+    restart_planning(conn, run, part)
     start, end = content_range
     params = {"expired_before": expired_before, "batch_size": batch_size, "range_start": start or "",
               "range_end": end}
@@ -354,8 +352,7 @@ def check_ref_counts(
     if plan_orphans and settled_plan(conn, run):
         plan_orphans = False
     if plan_orphans:
-        restart_dry_run_part(conn, run, ORPHANS_PART)
-        restart_plan_part(conn, run, ORPHANS_PART)
+        restart_planning(conn, run, ORPHANS_PART)
     candidates = conn.execute(queries.load("pastes/select_drifted_contents")).fetchall()
     drifted = [row for row in candidates if row[1] != row[2]]
     report.drifted = len(drifted)

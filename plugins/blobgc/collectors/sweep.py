@@ -24,7 +24,14 @@ from psycopg import sql
 from blobgc.core.collections import APP_BLOB, BoundCollection, bound_app_blob
 from blobgc.core.key_space import KeyRange
 from blobgc.core.outbox import record_deletions
-from blobgc.core.plans import PlanItem, add_plan_item, pending_items, record_outcome, restart_plan_part
+from blobgc.core.plans import (
+    PlanItem,
+    add_plan_item,
+    item_cutoff,
+    pending_items,
+    record_outcome,
+    restart_planning,
+)
 from blobgc.core.references import (
     ReferenceSet,
     ReferencesChanged,
@@ -258,8 +265,7 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
     """
     lo, hi = key_range
     part = range_part(key_range, bound.name)
-    restart_dry_run_part(conn, run, part)
-    restart_plan_part(conn, run, part)
+    restart_planning(conn, run, part)
     if not bound.collection.column_mode and not bound.mark_table_exists(conn):
         log.info("collection %s has not been marked yet: nothing to plan", bound.name)
         return SweepResult()
@@ -276,7 +282,8 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
             rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
             keys, sizes = owned_objects(bound, rows)
             add_plan_item(conn, run, part=part, collection=bound.name, source=bound.collection.source,
-                          bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows])
+                          bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows],
+                          modified_before=cutoff)
             batch_bytes = sum(size or 0 for _, size, _ in rows)
             if run.dry_run:
                 record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys,
@@ -323,7 +330,8 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, bound: BoundCollect
         while True:
             try:
                 done = sweep_batch(conn, run, bound, refs, found, part=part, item=item, params={
-                    "cutoff": cutoff, "after": None, "lo": None, "hi": None, "batch_size": max(len(ids), 1),
+                    "cutoff": item_cutoff(item, cutoff), "after": None, "lo": None, "hi": None,
+                    "batch_size": max(len(ids), 1),
                     "plan_ids": ids})
                 break
             except ReferencesChanged:

@@ -32,7 +32,7 @@ import psycopg
 from blobgc.core import queries
 from blobgc.core.outbox import record_deletions, replace_run_log
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef, set_counts
+from blobgc.core.runs import RunRef, restart_dry_run_part, set_counts
 from blobgc.core.settings import ConfigurationError
 from blobgc.core.sizes import human_bytes
 
@@ -149,6 +149,24 @@ def restart_plan_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
     with conn.transaction():
         conn.execute(queries.load("plans/delete_plan_part"), {"dag_id": run.dag_id, "run_id": run.run_id,
                                                               "part": part})
+
+
+
+def restart_planning(conn: psycopg.Connection, run: RunRef, part: str) -> None:
+    """Take back what an earlier attempt of this planning task planned in `part` and, on a dry run, reported there,
+    so that a retry plans and reports its part once.
+
+    The plan is checked first (`restart_plan_part`): a retry refused because its plan was judged or is being
+    executed leaves that plan and the dry run's report of it as they were."""
+    restart_plan_part(conn, run, part)
+    restart_dry_run_part(conn, run, part)
+
+
+def item_cutoff(item: PlanItem, cutoff: datetime) -> datetime:
+    """The cut-off to re-check a planned row against: the earlier of the executing run's and the one the row was
+    planned by (`modified_before`). A row touched since its plan was made is then skipped, even by a run executing
+    a dry run's plan with a shorter grace than the dry run had."""
+    return min(cutoff, item.modified_before) if item.modified_before is not None else cutoff
 
 
 def add_plan_item(conn: psycopg.Connection, run: RunRef, *, part: str, collection: str | None, source: str,

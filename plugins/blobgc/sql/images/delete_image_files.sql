@@ -1,3 +1,4 @@
--- Forget the files of image ids whose deletion is now owed; returns what they were, for the deletion log.
+-- Take the file records of image ids left with no row. A record is taken once: of two runs whose plans both hold
+-- an image id, only the one that takes its record (or deleted one of its rows) owes its files.
 DELETE FROM blobgc.image_file WHERE image_id = ANY(%(image_ids)s::text[])
-RETURNING image_id, keys, sizes
+RETURNING image_id
