@@ -23,24 +23,28 @@ from tests.helpers import NOW
 DAG = "blobgc_sweep"
 
 
-def planned_run(conn, run_id: str, *, objects: int, collection: str | None = "app_blob", dry: bool = False) -> RunRef:
+def planned_run(conn, run_id: str, *, objects: int, collection: str | None = "app_blob", dry: bool = False,
+                rows: int | None = None) -> RunRef:
+    """A run whose plan holds `objects` objects of 10 bytes and `rows` rows (as many as the objects by default)."""
+    rows = objects if rows is None else rows
     run = ensure_run(conn, RunRef(DAG, run_id, dry), NOW)
     fix_plan(conn, run, None, 24)
     with conn.transaction():
-        for start in range(0, objects, 1000):
-            n = min(1000, objects - start)
+        for start in range(0, max(objects, rows), 1000):
+            n, m = max(0, min(1000, objects - start)), max(0, min(1000, rows - start))
             add_plan_item(conn, run, part="p", collection=collection, source="blobs", bucket="b",
                           keys=[f"blobs/{run_id}-{start + i}/raw" for i in range(n)], sizes=[10] * n,
-                          row_ids=[f"{run_id}-{start + i}" for i in range(n)])
+                          row_ids=[f"{run_id}-{start + i}" for i in range(m)])
     return run
 
 
-def past_runs(conn, objects: list[int]) -> None:
+def past_runs(conn, objects: list[int], rows: list[int] | None = None) -> None:
     for i, n in enumerate(objects):
         run = ensure_run(conn, RunRef(DAG, f"past{i}"), NOW)
         with conn.transaction():
-            conn.execute("UPDATE blobgc.run SET objects_deleted = %s, bytes_reclaimed = %s, "
-                         "started_at = now() - %s * interval '1 hour' WHERE run_id = %s", (n, n * 10, i + 1, run.run_id))
+            conn.execute("UPDATE blobgc.run SET objects_deleted = %s, bytes_reclaimed = %s, rows_deleted = %s, "
+                         "started_at = now() - %s * interval '1 hour' WHERE run_id = %s",
+                         (n, n * 10, n if rows is None else rows[i], i + 1, run.run_id))
         finish_run(conn, run)
 
 
@@ -73,6 +77,26 @@ def test_the_trailing_median_of_the_last_runs_sets_the_threshold(conn):
     assert (whole["history_runs"], whole["median_objects"], whole["threshold_objects"]) == (5, 500, 2500)
     assert not judgement.needs_approval
     assert judge(conn, run, GateSettings(ratio=4, min_objects=10, min_bytes=10**12, history=5)).needs_approval
+
+
+def test_a_plan_of_many_rows_and_few_objects_is_judged_by_its_rows(conn):
+    """Rows whose objects stay in use (pastes of shared contents, images whose ids keep a row) are deletions too:
+    a plan far past the median rows waits even when its objects are within the threshold."""
+    past_runs(conn, [100, 100, 100], rows=[200, 200, 200])  # median: 100 objects, 200 rows
+    usual = planned_run(conn, "usual", objects=100, rows=900, collection=None)
+    judgement = judge(conn, usual, GateSettings(ratio=5, min_objects=10, min_bytes=10**12, history=5))
+    whole = judgement.scopes[0]
+    assert (whole["planned_rows"], whole["median_rows"], whole["threshold_rows"]) == (900, 200, 1000)
+    assert not judgement.needs_approval
+    unusual = planned_run(conn, "rows", objects=100, rows=1001, collection=None)
+    judgement = judge(conn, unusual, GateSettings(ratio=5, min_objects=10, min_bytes=10**12, history=5))
+    whole = judgement.scopes[0]
+    assert (whole["planned_objects"], whole["threshold_objects"]) == (100, 500)  # objects alone would pass
+    assert whole["exceeds"] and judgement.needs_approval
+    assert "1,001 rows" in judgement.summary() and "1,000 rows" in judgement.summary()
+    rows_only = planned_run(conn, "rows-only", objects=0, rows=1200, collection=None)
+    assert not judge(conn, rows_only, GateSettings(min_objects=2000)).needs_approval  # min_objects floors rows too
+    assert judge(conn, rows_only, GateSettings(min_objects=1000)).needs_approval  # 1200 > max(5 x 200, 1000)
 
 
 def test_a_rejected_or_waiting_plan_is_never_executed(conn):

@@ -395,10 +395,11 @@ class Judgement:
         lines = []
         for s in self.scopes:
             median = (f"the median of the last {s['history_runs']} real runs is {s['median_objects']:,.0f} objects, "
-                      f"{human_bytes(int(s['median_bytes']))}" if s["history_runs"] else "there is no history yet")
-            lines.append(f"- **{s['scope']}**: {s['planned_objects']:,} objects, {human_bytes(s['planned_bytes'])}; "
-                         f"{median}; the threshold is {s['threshold_objects']:,.0f} objects or "
-                         f"{human_bytes(int(s['threshold_bytes']))}"
+                      f"{human_bytes(int(s['median_bytes']))}, {s.get('median_rows', 0):,.0f} rows"
+                      if s["history_runs"] else "there is no history yet")
+            lines.append(f"- **{s['scope']}**: {s['planned_objects']:,} objects, {human_bytes(s['planned_bytes'])}, "
+                         f"{s['planned_rows']:,} rows; {median}; the threshold is {s['threshold_objects']:,.0f} "
+                         f"objects, {human_bytes(int(s['threshold_bytes']))} or {s.get('threshold_rows', 0):,.0f} rows"
                          + (" — **exceeded**" if s["exceeds"] else ""))
         return "\n".join(lines)
 
@@ -406,23 +407,30 @@ class Judgement:
 def judge(conn: psycopg.Connection, run: RunRef, settings: GateSettings) -> Judgement:
     """Compare `run`'s plan with the trailing median of the DAG's (and each collection's) last real runs.
 
-    A scope exceeds when its planned objects pass max(ratio x median, min_objects), or its bytes pass
+    A scope exceeds when its planned objects pass max(ratio x median, min_objects), its planned rows pass
+    max(ratio x median, min_objects) (rows are counted as objects are, against the same floor: a plan of rows
+    whose objects stay in use, as pastes of shared contents, is judged too), or its bytes pass
     max(ratio x median, min_bytes). With no history the median is 0: the floors decide.
     """
     plan_run_id = plan_of(conn, run)
     whole, per = plan_size(conn, run.dag_id, plan_run_id)
-    history = {c: (n, mo or 0, mb or 0) for c, n, mo, mb in conn.execute(queries.load("plans/select_history"), {
-        "dag_id": run.dag_id, "run_id": run.run_id, "history": settings.history, "collections": sorted(per)})}
+    medians = conn.execute(queries.load("plans/select_history"), {
+        "dag_id": run.dag_id, "run_id": run.run_id, "history": settings.history, "collections": sorted(per)})
+    history = {c: (n, mo or 0, mb or 0, mr or 0) for c, n, mo, mb, mr in medians}
     judgement = Judgement(plan_run_id, whole, settings)
     for scope, size in [("(all)", whole), *sorted(per.items())]:
-        runs, median_objects, median_bytes = history.get(None if scope == "(all)" else scope, (0, 0, 0))
+        runs, median_objects, median_bytes, median_rows = history.get(None if scope == "(all)" else scope,
+                                                                      (0, 0, 0, 0))
         threshold_objects = max(settings.ratio * float(median_objects), settings.min_objects)
         threshold_bytes = max(settings.ratio * float(median_bytes), settings.min_bytes)
+        threshold_rows = max(settings.ratio * float(median_rows), settings.min_objects)
         judgement.scopes.append({
             "scope": scope, "planned_objects": size.objects, "planned_bytes": size.bytes, "planned_rows": size.rows,
             "history_runs": int(runs), "median_objects": float(median_objects), "median_bytes": float(median_bytes),
-            "threshold_objects": threshold_objects, "threshold_bytes": threshold_bytes,
-            "exceeds": size.objects > threshold_objects or size.bytes > threshold_bytes})
+            "median_rows": float(median_rows), "threshold_objects": threshold_objects,
+            "threshold_bytes": threshold_bytes, "threshold_rows": threshold_rows,
+            "exceeds": (size.objects > threshold_objects or size.bytes > threshold_bytes
+                        or size.rows > threshold_rows)})
     return judgement
 
 

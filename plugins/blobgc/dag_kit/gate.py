@@ -3,9 +3,10 @@
 `deletion_gate()` is an Airflow 3 human-in-the-loop `ApprovalOperator` that asks only when it must. It sits
 between a DAG's planning tasks and the tasks that delete:
 
-1. It judges the run's plan (`blobgc.core.plans.judge`) against Variable `blobgc_gate`: the plan's objects
-   and bytes, whole and per collection, against `ratio` x the trailing median of the DAG's last `history`
-   real runs, with floors (`min_objects`, `min_bytes`) so that small runs never wait.
+1. It judges the run's plan (`blobgc.core.plans.judge`) against Variable `blobgc_gate`: the plan's objects,
+   rows and bytes, whole and per collection, against `ratio` x the trailing median of the DAG's last
+   `history` real runs, with floors (`min_objects` for objects and for rows, `min_bytes`) so that small runs
+   never wait.
 2. Under the threshold, or on a dry run, it records `passed` and the run goes on at once.
 3. Past it, it records `waiting` and parks in Airflow's *awaiting input* state. The UI's Required Actions
    page (or `PATCH /api/v2/dags/{dag}/dagRuns/{run}/taskInstances/gate/-1/hitlDetails`) shows the plan's

@@ -89,20 +89,23 @@ def _gate(gate: dict[str, Any] | None) -> str:
     judgement = gate["judgement"] or {}
     settings = judgement.get("settings") or {}
     rule = (f"waits past {settings.get('ratio', '?')}× the median of the last {settings.get('history', '?')} real runs "
-            f"and past the floors ({settings.get('min_objects', 0):,} objects, "
+            f"and past the floors ({settings.get('min_objects', 0):,} objects or rows, "
             f"{human_bytes(int(settings.get('min_bytes', 0)))}): Variable blobgc_gate") if settings else ""
     scopes = "".join(
         f'<tr data-scope="{e(s.get("scope"))}" data-exceeds="{str(bool(s.get("exceeds"))).lower()}">'
         f'<td>{e(s.get("scope"))}</td><td class="num">{int(s.get("planned_objects", 0)):,}</td>'
+        f'<td class="num">{int(s.get("planned_rows", 0)):,}</td>'
         f'<td class="num">{e(human_bytes(int(s.get("planned_bytes", 0))))}</td>'
         f'<td class="num">{int(s.get("history_runs", 0)):,}</td>'
-        f'<td class="num">{float(s.get("median_objects", 0)):,.0f} · {e(human_bytes(int(s.get("median_bytes", 0))))}</td>'
-        f'<td class="num">{float(s.get("threshold_objects", 0)):,.0f} · '
+        f'<td class="num">{float(s.get("median_objects", 0)):,.0f} · {float(s.get("median_rows", 0)):,.0f} · '
+        f'{e(human_bytes(int(s.get("median_bytes", 0))))}</td>'
+        f'<td class="num">{float(s.get("threshold_objects", 0)):,.0f} · {float(s.get("threshold_rows", 0)):,.0f} · '
         f'{e(human_bytes(int(s.get("threshold_bytes", 0))))}</td>'
         f'<td>{"<b>exceeded</b>" if s.get("exceeds") else "within"}</td></tr>'
         for s in judgement.get("scopes") or [])
-    table = ('<table id="gate-scopes"><tr><th>scope</th><th>planned objects</th><th>planned bytes</th>'
-             '<th>past runs</th><th>median (objects · bytes)</th><th>threshold</th><th></th></tr>'
+    table = ('<table id="gate-scopes"><tr><th>scope</th><th>planned objects</th><th>planned rows</th>'
+             '<th>planned bytes</th><th>past runs</th><th>median (objects · rows · bytes)</th>'
+             '<th>threshold (objects · rows · bytes)</th><th></th></tr>'
              f'{scopes}</table>') if scopes else ""
     return (f'<table id="gate" class="figures" data-decision="{e(gate["decision"])}">'
             f'<tr><th>decision</th><td><b>{e(gate["decision"])}</b></td></tr>'
