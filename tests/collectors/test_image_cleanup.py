@@ -12,8 +12,9 @@ from botocore.exceptions import EndpointConnectionError
 from blobgc.collectors.crawler import CrawlItem
 from blobgc.collectors.image_cleanup import PART, execute_image_plan, plan_unbound_images
 from blobgc.core.clients import pg_connect, s3_client_from_env
-from blobgc.core.keys import image_keys
-from blobgc.core.outbox import delete_owed_objects
+from blobgc.core.keys import IMAGE_FILES, image_keys
+from blobgc.core.locks import IMAGE_LOCK_CLASS, session_stripe
+from blobgc.core.outbox import cancel_upload_intent, delete_owed_objects, owe_upload_intent
 from blobgc.core.plans import execution_report, fix_plan
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from demo_app.images import CLEANUP_DAG, UnknownImage, attach_images, pre_upload
@@ -68,9 +69,53 @@ def test_an_upload_that_dies_midway_leaves_its_files_owed_and_the_cleaner_delete
     assert len(object_keys(s3, settings.bucket)) == 2  # two files made it before S3 went away ...
     owed = conn.execute("SELECT dag_id, count(*) FROM blobgc.deleted_object WHERE owed GROUP BY dag_id").fetchall()
     assert owed == [(CLEANUP_DAG, len(SIZES))]  # ... and all of them are owed
+    assert drain(conn, s3).owed_after == len(SIZES)  # not before the hold: the writer might still be uploading
+    assert len(object_keys(s3, settings.bucket)) == 2
+    due_now(conn)  # the hold has passed (backdated, never faked forward)
     drained = drain(conn, s3)
     assert drained.owed_after == 0
     assert object_keys(s3, settings.bucket) == set()  # no files without a row
+
+
+def due_now(conn) -> None:
+    """As if the upload intents had been owed longer ago than their hold."""
+    with conn.transaction():
+        conn.execute("UPDATE blobgc.outbox SET next_attempt_at = now() WHERE log_id IN "
+                     "(SELECT id FROM blobgc.deletion_log WHERE run_id LIKE 'intent:%')")
+
+
+def test_a_drain_during_an_upload_leaves_its_intent_and_never_waits_for_the_writer(conn, s3, settings, test_dsn,
+                                                                                   other_conn):
+    """A writer holds its image id's stripe (shared) from its intent to its row. A drain that claimed the intent
+    would wait for that stripe while the writer waits to cancel the intent, and PostgreSQL would fail one of them
+    (the upload, usually). The intent is not due while the writer can still be uploading, so the drain passes it."""
+    image_id, writer = "a" * 32, other_conn
+    keys = image_keys(image_id, SIZES)
+
+    def drain_alone():
+        with pg_connect(test_dsn) as own:
+            return drain(own, s3)
+
+    pool = ThreadPoolExecutor(1)
+    try:
+        with session_stripe(writer, IMAGE_LOCK_CLASS, image_id, exclusive=False):
+            log_id = owe_upload_intent(writer, dag_id=CLEANUP_DAG, run_id="intent:upload", source=IMAGE_FILES.source,
+                                       bucket=settings.bucket, keys=keys, sizes=[1] * len(keys))
+            for key in keys[:2]:
+                s3.put_object(Bucket=settings.bucket, Key=key, Body=b"x")
+            drained = pool.submit(drain_alone)
+            wait_until(drained.done, timeout=20)  # it never waits for the writer's stripe
+            assert drained.result().objects_deleted == 0
+            assert object_keys(s3, settings.bucket) == set(keys[:2])
+            for key in keys[2:]:
+                s3.put_object(Bucket=settings.bucket, Key=key, Body=b"x")
+            with writer.transaction():  # the writer accounts for its files and cancels its intent, unhindered
+                writer.execute("INSERT INTO app.image (image_id, offer_id) VALUES (%s, NULL)", (image_id,))
+                cancel_upload_intent(writer, log_id)
+    finally:
+        pool.shutdown(wait=True)  # after the stripe is released, so a drain that did wait can finish
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
+    assert object_keys(s3, settings.bucket) == set(keys)
 
 
 def test_cleanup_deletes_unbound_rows_after_the_grace_then_their_files(conn, s3, settings):
@@ -246,6 +291,8 @@ def test_a_plan_executed_after_another_run_freed_its_images_owes_none_of_their_f
     owed_by = conn.execute("SELECT run_id, count(*) FROM blobgc.deleted_object WHERE NOT dry_run GROUP BY run_id"
                            ).fetchall()
     assert owed_by == [(scheduled.run_id, 2 * len(SIZES))]
+    assert {k for (k,) in conn.execute("SELECT key FROM blobgc.deleted_object WHERE NOT dry_run")} == {
+        k for i in images for k in image_keys(i, SIZES)}
     drain(conn, s3)
     assert object_keys(s3, settings.bucket) == set()
 

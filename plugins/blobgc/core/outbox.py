@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 PARK_AFTER = 5  # failures no retry can fix, in a row, before a row is parked
 BACKOFF_BASE = timedelta(minutes=1)  # the wait after the second such failure, quadrupled after each further one
 BACKOFF_MAX = timedelta(hours=6)
+# An upload intent is due to the drain only this long after it was owed: longer than any upload takes, so a drain
+# never claims the intent of a writer still uploading (which would wait for the writer's lock while the writer
+# waits to cancel the intent: a deadlock that fails the upload). A writer that died is cleaned up after it.
+UPLOAD_INTENT_HOLD = timedelta(hours=1)
 
 @dataclass
 class DrainResult(TaskResult):
@@ -162,14 +166,15 @@ def owe_upload_intent(conn: psycopg.Connection, *, dag_id: str, run_id: str, sou
                       keys: Sequence[str], sizes: Sequence[int | None]) -> int:
     """Owe the deletion of objects about to be uploaded (an intent), before uploading them; returns its log id.
 
-    A writer that dies mid-upload leaves the objects owed to `dag_id`'s drain, never orphaned. The
-    writer cancels the intent (`cancel_upload_intent`) in the transaction that inserts the rows that
-    account for the objects, or once it has removed what it uploaded.
+    A writer that dies mid-upload leaves the objects owed to `dag_id`'s drain, never orphaned; the drain
+    takes them once `UPLOAD_INTENT_HOLD` has passed. The writer cancels the intent (`cancel_upload_intent`)
+    in the transaction that inserts the rows that account for the objects, or once it has removed what it
+    uploaded.
     """
     with conn.transaction():
         (log_id,) = conn.execute(queries.load("outbox/insert_upload_intent"), {
             "dag_id": dag_id, "run_id": run_id, "source": source, "bucket": bucket, "keys": list(keys),
-            "sizes": list(sizes)}).fetchone()
+            "sizes": list(sizes), "hold": UPLOAD_INTENT_HOLD}).fetchone()
     return log_id
 
 

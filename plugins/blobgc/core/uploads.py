@@ -3,7 +3,9 @@
 A writer (the application's upload, the crawler) first records the keys it is about to upload as
 owed to a cleaning DAG (an *intent* in the outbox), then uploads, then, in one transaction, inserts
 the rows that account for the objects and cancels the intent. A crash anywhere in between leaves
-the keys owed: the cleaning DAG's drain deletes them, unless (its guard sees) a row claims them.
+the keys owed: the cleaning DAG's drain deletes them, unless (its guard sees) a row claims them. An
+intent is due to the drain only after `blobgc.core.outbox.UPLOAD_INTENT_HOLD` (an hour), so a drain never
+claims the intent of a writer still uploading.
 
 Seed 001's image rows are bound to files that a drain may be deleting: `insert_image_rows` with
 `require_existing` binds a row to an existing image id only while it still has one, under the image
