@@ -11,9 +11,10 @@ The same data is also marked as a collection whose mark state blobgc keeps in it
 their two referencing tables in schema `owned`, marked by `mark_collection` beside `app_blob`'s
 column mode. Goals: within 2x of the column mode, and at least 20x the seed loop.
 
-Sweep: the database side (claim, re-check, delete, deletion log and outbox, in batches of 1000)
-over the blobs the mark found unused; then S3 deletion from the outbox against the local S3
-server, beside a one-DeleteObject-per-key baseline measured in the same run.
+Sweep: the database side as blobgc_sweep's tasks do it (plan the blobs the mark found unused, the gate,
+then execute the plan: claim, re-check, delete, deletion log and outbox, in batches of 1000); then S3
+deletion from the outbox against the local S3 server, beside a one-DeleteObject-per-key baseline
+measured in the same run. bench/plans.py compares the plan's price with the old one-pass sweep.
 
     python bench/mark_sweep.py                       # 100k and 1M blobs, 20k S3 objects
     python bench/mark_sweep.py --scales 20000 --s3-objects 5000   # a quick look
@@ -31,14 +32,17 @@ from pathlib import Path
 from bench_database import ROOT, fresh_database, timed, vacuum
 
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
+from blobgc.core.collections import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
 from blobgc.collectors.mark import mark_collection, mark_unused_blobs  # noqa: E402
 from blobgc.core.collections import Collection, bind  # noqa: E402
 from blobgc.core.objects import delete_objects_in_batches  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
+from blobgc.core.plans import APPROVED, PASSED, PLAN_MAX_AGE_HOURS, GateSettings, fix_plan, judge  # noqa: E402
+from blobgc.core.plans import record_judgement, require_go  # noqa: E402
 from blobgc.core.references import discover_references  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
-from blobgc.collectors.sweep import sweep_unused_blobs  # noqa: E402
+from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part  # noqa: E402
 
 MARK_WORKERS = 2  # blobgc_mark's default: key ranges marked on two connections at once
 
@@ -135,38 +139,53 @@ def bench_mark(dsn: str, n: int) -> dict:
 
 
 def bench_sweep_db(dsn: str, workers: int) -> dict:
-    """Sweep every blob the mark found unused, database side only, with `workers` id-range shards in
-    parallel (as the DAG's mapped delete_unused_blobs tasks do); then put the garbage back."""
+    """Sweep every blob the mark found unused, database side only, as a run of blobgc_sweep does: plan
+    `workers` id ranges in parallel (its mapped plan_deletions tasks), the gate, then execute each range's
+    part in parallel (its mapped delete_unused_blobs tasks); then put the garbage back."""
     conn = pg_connect(dsn)
     conn.execute("DROP TABLE IF EXISTS bench_garbage")
     conn.execute("CREATE TABLE bench_garbage AS SELECT * FROM app.blob WHERE unused")
     vacuum(conn, "app.blob")
     run = RunRef("blobgc_sweep", f"bench-{uuid.uuid4().hex[:8]}")
     ensure_run(conn, run)
+    fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
+    bound = bound_app_blob("bench")  # never called: the keys are only owed to the outbox
     refs = discover_references(conn)
     # unused for two days (backdated, as the demo does), swept with a 24-hour grace: cut-offs never pass now
     conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days', created_at = now() - interval '2 days' "
                  "WHERE unused")
     cutoff = datetime.now(timezone.utc) - timedelta(hours=24)
     shards = split_key_space(conn, workers)
-    results: list = [None] * len(shards)
 
-    def work(k: int) -> None:
+    def plan(k: int) -> object:
         with pg_connect(dsn) as wconn:
-            results[k] = sweep_unused_blobs(wconn, run, refs, cutoff=cutoff, bucket="bench", batch_size=1000,
-                                            key_range=shards[k])
+            return plan_collection(wconn, run, bound, refs, cutoff=cutoff, batch_size=1000, key_range=shards[k])
 
-    def all_shards() -> None:
+    def gate() -> None:
+        judgement = judge(conn, run, GateSettings())  # a plan past the threshold is approved, as a person would
+        approved = judgement.needs_approval
+        record_judgement(conn, run, judgement, APPROVED if approved else PASSED, "bench" if approved else None)
+        require_go(conn, run)
+
+    def execute(k: int) -> object:
+        with pg_connect(dsn) as wconn:
+            return execute_plan_part(wconn, run, bound, refs, cutoff=cutoff, part=range_part(shards[k], bound.name))
+
+    def all_shards(step) -> list:
         with ThreadPoolExecutor(len(shards)) as pool:
-            list(pool.map(work, range(len(shards))))
+            return list(pool.map(step, range(len(shards))))
 
-    seconds, _ = timed(all_shards)
+    plan_seconds, _ = timed(lambda: all_shards(plan))
+    gate()
+    execute_seconds, results = timed(lambda: all_shards(execute))
+    seconds = plan_seconds + execute_seconds
     rows = sum(r.rows_deleted for r in results)
     conn.execute("TRUNCATE blobgc.outbox")  # these keys were never uploaded; the S3 phase uses real objects
     conn.execute("INSERT INTO app.blob SELECT * FROM bench_garbage")
     vacuum(conn, "app.blob")  # as autovacuum would, before the next measurement
     conn.close()
-    return {"workers": workers, "blobs": rows, "seconds": seconds, "blobs_per_s": rows / seconds,
+    return {"workers": workers, "blobs": rows, "seconds": seconds, "plan_seconds": plan_seconds,
+            "execute_seconds": execute_seconds, "blobs_per_s": rows / seconds,
             "keys_logged": sum(r.objects_owed for r in results)}
 
 
@@ -255,9 +274,10 @@ def main() -> int:
         print(f"growth x{growth:.0f} blobs: blobgc first pass x{b['ours_first_s'] / a['ours_first_s']:.1f}, "
               f"no-flip pass x{b['ours_noflip_s'] / a['ours_noflip_s']:.1f}; seed loop "
               f"x{b['seed_noflip_s'] / a['seed_noflip_s']:.1f}")
-    print("\n## sweep, database side (claim, re-check, delete, log and owe 2 keys per blob; batches of 1000)")
+    print("\n## sweep, database side (plan; then claim, re-check, delete, log and owe 2 keys per blob; batches of 1000)")
     for s in results["sweep_db"]:
-        print(f"{s['workers']} worker(s): {s['blobs']:,} blobs in {s['seconds']:.2f}s = {s['blobs_per_s']:,.0f} blobs/s "
+        print(f"{s['workers']} worker(s): {s['blobs']:,} blobs in {s['seconds']:.2f}s (plan {s['plan_seconds']:.2f}s, "
+              f"execute {s['execute_seconds']:.2f}s) = {s['blobs_per_s']:,.0f} blobs/s "
               f"({s['keys_logged']:,} keys logged and owed)")
     o = results["sweep_s3"]
     print(f"\n## sweep, S3 side (local S3 server)\n"

@@ -7,8 +7,8 @@ the plan (`judge`, `record_judgement`), and only then executes exactly that plan
 item is claimed again with FOR UPDATE SKIP LOCKED, re-checked against every reference, deleted, logged and
 owed, and its outcome recorded in `blobgc.plan_outcome`. That is a second pass over the garbage, plus
 the plan's own rows. This benchmark measures that price, database side only, against the baseline
-measured in the same run: the old one-pass sweep, still in the code as `sweep_unused_blobs` /
-`sweep_collection` (claim, re-check, delete, log and owe, per batch of 1000).
+measured in the same run: the old one-pass sweep (claim, re-check, delete, log and owe, per batch of 1000),
+which no DAG runs any more and which is kept, for this baseline only, in bench/one_pass_sweep.py.
 
 Data, the same for both paths and loaded afresh for each measurement (a fresh database each time, so
 neither path runs on the other's dead tuples): bench/mark_sweep.py's LOAD_APP, `N` blobs, 70% of them
@@ -55,7 +55,7 @@ from mark_sweep import LOAD_APP
 from psycopg.conninfo import make_conninfo
 
 from blobgc.collectors.mark import mark_unused_blobs  # noqa: E402
-from blobgc.collectors.sweep import execute_plan_part, plan_collection, sweep_unused_blobs  # noqa: E402
+from blobgc.collectors.sweep import execute_plan_part, plan_collection  # noqa: E402
 from blobgc.core.clients import pg_connect, require_env  # noqa: E402
 from blobgc.core.collections import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
@@ -73,6 +73,7 @@ from blobgc.core.plans import (  # noqa: E402
 )
 from blobgc.core.references import discover_references  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from one_pass_sweep import one_pass_sweep  # noqa: E402
 
 # A database of its own: the other benchmarks drop and recreate blobgc_bench.
 bench_database.BENCH_DB = "blobgc_bench_plans"
@@ -120,7 +121,7 @@ def fingerprint(conn: psycopg.Connection) -> dict:
 
 
 def bench_baseline(n: int, workers: int) -> dict:
-    """The one-pass sweep (`sweep_unused_blobs`) of every unused blob, `workers` id ranges side by side."""
+    """The one-pass sweep (bench/one_pass_sweep.py) of every unused blob, `workers` id ranges side by side."""
     dsn, unused = prepare(n)
     conn = pg_connect(dsn)
     run = ensure_run(conn, RunRef("blobgc_sweep", f"bench-one-pass-{uuid.uuid4().hex[:8]}"))
@@ -130,8 +131,8 @@ def bench_baseline(n: int, workers: int) -> dict:
 
     def sweep(key_range) -> object:
         with pg_connect(dsn) as wconn:
-            return sweep_unused_blobs(wconn, run, refs, cutoff=cutoff, bucket=BUCKET, batch_size=BATCH,
-                                      key_range=key_range)
+            return one_pass_sweep(wconn, run, bound_app_blob(BUCKET), refs, cutoff=cutoff, batch_size=BATCH,
+                                  key_range=key_range)
 
     seconds, results = timed(lambda: in_parallel(sweep, shards))
     rows = sum(r.rows_deleted for r in results)

@@ -84,13 +84,16 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
 @dataclass(frozen=True)
 class DagTestRun:
     """What `run_dag` saw: `returncode` as `airflow dags test` would exit, everything printed (`output`), the
-    run's id and state, and the final state of each task instance (`task_states`, "task_id" or "task_id[i]")."""
+    run's id and state, the final state of each task instance (`task_states`, "task_id" or "task_id[i]"), and
+    the exception that ended the run before any task ran (`error`: a Param refused, say), for a test to check
+    its class and message rather than any failure."""
 
     returncode: int
     output: str
     run_id: str | None
     state: str | None
     task_states: dict[str, str | None] = field(default_factory=dict)
+    error: Exception | None = None
 
     @property
     def stdout(self) -> str:  # the CLI's names, so a test reads the same whichever runner it uses
@@ -145,11 +148,12 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
     afresh with `env_extra` set (Variables as AIRFLOW_VAR_*, BLOBGC_TASK_RETRIES), then `DAG.test()` runs
     every task in this process through Airflow's own task runner, against the stack's metadata database, as
     the CLI does. An exception (a Param refused, say) ends the run with returncode 1 and its traceback in the
-    output, as it ends the CLI."""
+    output, as it ends the CLI, and is kept in `error`."""
     from airflow.dag_processing.dagbag import DagBag
 
     run_id = state = None
     task_states: dict[str, str | None] = {}
+    error: Exception | None = None
     with _environment(env_extra or {}), _everything_printed() as printed:
         try:
             bag = DagBag(dag_folder=str(ROOT / "dags" / f"{dag_id}.py"))
@@ -166,10 +170,20 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
             returncode = 1 if state == "failed" else 0
             if returncode:
                 print("DagRun failed")
-        except Exception:  # noqa: BLE001 - the CLI prints it and exits non-zero; so does this
+        except Exception as caught:  # noqa: BLE001 - the CLI prints it and exits non-zero; so does this
             traceback.print_exc()
-            returncode = 1
-    return DagTestRun(returncode, printed["output"], run_id, state, task_states)
+            returncode, error = 1, caught
+    return DagTestRun(returncode, printed["output"], run_id, state, task_states, error)
+
+
+def assert_param_refused(result: DagTestRun, message: str) -> None:
+    """The run was refused by Airflow's Param validation with `message` (its first line) before it was created:
+    not failed in some other way that merely prints the Param's name."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    assert result.returncode != 0 and result.run_id is None, result.output[-3000:]
+    assert isinstance(result.error, ParamValidationError), result.output[-3000:]
+    assert str(result.error).splitlines()[0] == message, str(result.error)
 
 
 def _pause(dag_id: str) -> None:

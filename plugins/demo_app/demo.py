@@ -20,6 +20,7 @@ import psycopg
 
 from blobgc.core.clients import pg_connect_from_env, s3_client_from_env
 from blobgc.core.collections import bind, ensure_mark_table, load_collections
+from blobgc.core.plans import COUNTED_SIZE_SOURCE, plan_figures
 from blobgc.core.sizes import human_bytes
 from demo_app.blobs import attach_blob, poll_page_usage, upload_blob
 from demo_app.studio import add_clip, upload_asset, use_as_cover
@@ -353,6 +354,9 @@ def print_summary(conn: psycopg.Connection, since: datetime) -> None:
             total = [total[0] + n_rows, total[1] + n_objects, total[2] + n_bytes]
     print(rule)
     print(f"| {'all real runs':<26} | {'real':<7} | {total[0]:>7,} | {total[1]:>8,} | {human_bytes(total[2]):>10} |")
+    print("A dry run's objects are every key of its plan, present or not, and its bytes the plan's sizes (unknown "
+          "sizes not counted); a real run's are the objects its drain deleted, at " + COUNTED_SIZE_SOURCE + ".")
+    print_plan_figures(conn, [(dag_id, run_id) for dag_id, run_id, *_ in rows])
     print("\nPer collection (real runs; blobgc.reclaim_daily_by_collection)")
     header = f"| {'collection':<26} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
     print(header)
@@ -363,6 +367,21 @@ def print_summary(conn: psycopg.Connection, since: datetime) -> None:
     owed = conn.execute("SELECT count(*), coalesce(sum(cardinality(coalesce(o.keys, l.keys))), 0) "
                         "FROM blobgc.outbox o JOIN blobgc.deletion_log l ON l.id = o.log_id").fetchone()
     print(f"Owed deletions still outstanding: {owed[1]} objects in {owed[0]} log rows")
+
+
+def print_plan_figures(conn: psycopg.Connection, runs: list[tuple[str, str]]) -> None:
+    """Each plan, and what its execution did with every key: planned = deleted + absent + kept + failed, in keys and
+    in the plan's bytes, each figure with its source (`blobgc.core.plans.PlanFigures`)."""
+    print("\nPlans and what became of them (a real run with from_plan executes the dry run's plan above it)")
+    for dag_id, run_id in runs:
+        figures = plan_figures(conn, dag_id, run_id)
+        if figures is None:
+            continue
+        mode = ("dry run" if figures.dry_run else "real run (its own plan)" if figures.plan_run_id == run_id
+                else f"real run (the plan of dry run {figures.plan_run_id})")
+        print(f"  {dag_id} {mode}:")
+        for line in figures.lines():
+            print(f"    {line}")
 
 
 def main() -> int:

@@ -11,7 +11,6 @@ from datetime import timedelta
 from blobgc.collectors.mark import mark_collection
 from blobgc.collectors.reconcile import collection_shards, reconcile_shard
 from blobgc.collectors.restore import cancel_owed_deletions, plan_restore, restore_collection_rows, restore_objects
-from blobgc.collectors.sweep import sweep_collection
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.references import discover_references
@@ -28,6 +27,7 @@ from tests.support.collections import (
     user_columns,
     write_collections,
 )
+from tests.support.sweep import sweep_run
 
 CUTOFF = NOW - timedelta(hours=24)
 
@@ -69,8 +69,9 @@ def test_a_second_application_is_marked_swept_reconciled_and_restored_exactly(co
     backdate_marks(conn, schema, "2 days")
     backdate_uploads(conn, schema, [1, 2, 3, 4, 5, 6, 8, 9], "2 days")
     run = new_run(conn, "blobgc_sweep", f"sweep-{schema}")
-    swept = sweep_collection(conn, run, bound, refs, cutoff=CUTOFF)
-    assert (swept.rows_deleted, swept.objects_owed) == (3, 6)
+    planned, swept = sweep_run(conn, run, bound, cutoff=CUTOFF, refs=refs)  # plan, gate, execute: as the DAG runs
+    assert (planned.rows_deleted, planned.objects_owed) == (3, 6)
+    assert (swept.rows_deleted, swept.objects_owed, swept.skipped_rereferenced) == (3, 6, 0)
     assert {r[0] for r in conn.execute(f"SELECT id FROM {schema}.upload")} == {1, 2, 3, 4, 7, 9}
     assert conn.execute(f"SELECT count(*) FROM {schema}.gallery_item").fetchone()[0] == 1  # CASCADE never fired
     drained = delete_owed_objects(conn, s3, run)
@@ -84,7 +85,7 @@ def test_a_second_application_is_marked_swept_reconciled_and_restored_exactly(co
 
     # reconcile: an old orphan under each template is deleted; a young one stays; keys of no template are reported
     orphans = {"uploads/" + "0" * 64 + ".png", "upload-thumbs/999.jpg"}
-    young, unknown = "uploads/" + "1" * 64 + ".png", {"uploads/nested/x.png", "upload-thumbs/not-a-number.jpg"}
+    young, unknown = "uploads/" + "1" * 64 + ".png", {"uploads/no-extension", "upload-thumbs/not-a-number.jpg"}
     for key in orphans | {young} | unknown:
         s3.put_object(Bucket=bucket, Key=key, Body=b"o")
     for key in orphans | unknown:
@@ -105,7 +106,7 @@ def test_a_second_application_is_marked_swept_reconciled_and_restored_exactly(co
     assert plan.collections == [schema]
     cancel_owed_deletions(conn, restore_run, plan)
     assert restore_objects(conn, s3, restore_run, plan).restored == 5
-    rows = restore_collection_rows(conn, restore_run, plan, bound)
+    rows = restore_collection_rows(conn, s3, restore_run, plan, bound)
     assert (rows.restored, rows.failed) == (3, 0)
     assert {r[0] for r in conn.execute(f"SELECT id FROM {schema}.upload")} == set(range(1, 10))
     assert object_keys(s3, bucket) == every_key | {young} | unknown
@@ -125,8 +126,9 @@ def test_a_dry_run_sweep_of_a_collection_reports_and_changes_nothing(conn, s3, b
     backdate_uploads(conn, schema, list(range(1, 10)), "2 days")
     before = object_keys(s3, bucket)
     run = new_run(conn, "blobgc_sweep", f"dry-{schema}", dry_run=True)
-    result = sweep_collection(conn, run, bound, refs, cutoff=CUTOFF)
+    result, executed = sweep_run(conn, run, bound, cutoff=CUTOFF, refs=refs)
     assert (result.rows_deleted, result.objects_owed) == (4, 8)
+    assert (executed.items, executed.rows_deleted) == (0, 0)  # a dry run's delete task does nothing
     assert conn.execute(f"SELECT count(*) FROM {schema}.upload").fetchone()[0] == 9
     assert object_keys(s3, bucket) == before
     assert conn.execute("SELECT rows_deleted, objects_deleted FROM blobgc.reclaim_daily_by_collection "
@@ -141,10 +143,15 @@ def test_a_row_referenced_after_the_mark_is_kept_by_the_sweep_and_unmarked(conn,
     mark_collection(conn, bound, refs)
     backdate_marks(conn, schema, "2 days")
     backdate_uploads(conn, schema, list(range(1, 10)), "2 days")
-    with conn.transaction():  # a polymorphic reference only the extra query sees, and a CASCADE one
-        conn.execute(f"INSERT INTO {schema}.attachment (target_kind, target_id) VALUES ('upload', 5)")
-        conn.execute(f"INSERT INTO {schema}.gallery_item (upload_id) VALUES (6)")
-    result = sweep_collection(conn, new_run(conn, "blobgc_sweep", f"race-{schema}"), bound, refs, cutoff=CUTOFF)
-    assert (result.rows_deleted, result.kept_referenced) == (2, 2)
+
+    def application_references() -> None:  # after the plan: a polymorphic reference only the extra query sees,
+        with conn.transaction():           # and a CASCADE one
+            conn.execute(f"INSERT INTO {schema}.attachment (target_kind, target_id) VALUES ('upload', 5)")
+            conn.execute(f"INSERT INTO {schema}.gallery_item (upload_id) VALUES (6)")
+
+    planned, result = sweep_run(conn, new_run(conn, "blobgc_sweep", f"race-{schema}"), bound, cutoff=CUTOFF,
+                                refs=refs, execute_refs=refs, between=application_references)
+    assert planned.rows_deleted == 4
+    assert (result.rows_deleted, result.skipped_rereferenced) == (2, 2)
     assert {r[0] for r in conn.execute(f"SELECT id FROM blobgc.mark_{schema}")} == set()
     assert {r[0] for r in conn.execute(f"SELECT id FROM {schema}.upload")} >= {5, 6}

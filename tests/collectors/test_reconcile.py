@@ -101,7 +101,7 @@ def test_an_object_whose_row_is_inserted_between_listing_and_checking_is_kept(co
 
 
 def test_keys_of_no_known_layout_are_reported_and_never_deleted(conn, s3, bucket):
-    unknown = {"tmp/leftover.bin", "loose.txt", "images/zz/not-an-image-id/big.jpg", "blobs/a/b/c", "pastes/short"}
+    unknown = {"tmp/leftover.bin", "loose.txt", "images/zz/not-an-image-id/big.jpg", "blobs/a/b/c", "blobs/x/other"}
     put(s3, bucket, *unknown)
     age(s3, bucket)
     run = new_run(conn)
@@ -110,6 +110,23 @@ def test_keys_of_no_known_layout_are_reported_and_never_deleted(conn, s3, bucket
     assert findings(conn, "unknown_key") == unknown
     delete_owed_objects(conn, s3, run)
     assert object_keys(s3, bucket) == unknown
+
+
+def test_narrow_seed_layout_a_seed_key_of_any_column_value_with_no_row_is_an_orphan(conn, s3, bucket):
+    """A content hash is any text (seed 002's example is `abc123`), a blob id too: such keys with no row are
+    orphans, and with a row they are kept."""
+    contents_rows(conn, "abc123")
+    with conn.transaction():
+        conn.execute("INSERT INTO app.blob (id, filename) VALUES ('a.b/c', 'x')")
+    live, orphans = {"pastes/abc123", "blobs/a.b/c/raw"}, {"pastes/short", "pastes/a/b", "blobs/Upper.Case/raw"}
+    put(s3, bucket, *live, *orphans)
+    age(s3, bucket)
+    run = new_run(conn)
+    results = reconcile_all(conn, s3, bucket, run)
+    assert sum(r.unknown_keys for r in results) == 0
+    assert owed(conn) == orphans
+    delete_owed_objects(conn, s3, run)
+    assert object_keys(s3, bucket) == live
 
 
 def test_a_row_whose_object_is_missing_is_recorded_and_the_row_kept(conn, s3, bucket):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -214,6 +215,45 @@ def test_a_malformed_report_fails_with_a_clear_message_and_deletes_nothing(conn,
         inventory_run(conn, s3, bucket, run, reports)
     assert owed(conn) == set() and logged(conn, run) == set()
     assert len(object_keys(s3, bucket)) == 2
+
+
+def two_orphans_and_their_report(conn, s3, bucket: str, reports: str) -> str:
+    """Two old orphans in `bucket` and a genuine report that lists them; returns its manifest's key."""
+    put(s3, bucket, f"pastes/{sha('dead')}", "blobs/orphan/raw")
+    age(s3, bucket)
+    return report_of_bucket(s3, bucket, Destination(reports, "inv/"))
+
+
+def test_a_manifest_of_another_bucket_is_refused_and_nothing_is_deleted(conn, s3, bucket, reports):
+    manifest_key = two_orphans_and_their_report(conn, s3, bucket, reports)
+    rewrite_manifest(s3, reports, manifest_key, sourceBucket="another-bucket")  # checksum rewritten to match
+    run = new_run(conn)
+    refusal = re.escape(f"s3://{reports}/{manifest_key} lists bucket 'another-bucket', not '{bucket}'")
+    with pytest.raises(InventoryError, match=refusal):
+        inventory_run(conn, s3, bucket, run, reports)
+    scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None)
+    with pytest.raises(InventoryError, match=refusal):  # the reconcile task re-checks the location it is handed
+        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", cutoff=floor_cutoff(),
+                                 max_age_hours=48)
+    assert owed(conn) == set() and logged(conn, run) == set() and planned(conn, run) == set()
+    assert delete_owed_objects(conn, s3, run).objects_deleted == 0
+    assert object_keys(s3, bucket) == {f"pastes/{sha('dead')}", "blobs/orphan/raw"}
+
+
+def test_a_manifest_without_its_checksum_is_refused_and_nothing_is_deleted(conn, s3, bucket, reports):
+    manifest_key = two_orphans_and_their_report(conn, s3, bucket, reports)
+    s3.delete_object(Bucket=reports, Key=manifest_key.replace("manifest.json", "manifest.checksum"))
+    run = new_run(conn)
+    refusal = re.escape(f"s3://{reports}/{manifest_key} has no manifest.checksum beside it: the report is incomplete")
+    with pytest.raises(InventoryError, match=refusal):
+        inventory_run(conn, s3, bucket, run, reports)
+    scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None)
+    with pytest.raises(InventoryError, match=refusal):
+        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", cutoff=floor_cutoff(),
+                                 max_age_hours=48)
+    assert owed(conn) == set() and logged(conn, run) == set() and planned(conn, run) == set()
+    assert delete_owed_objects(conn, s3, run).objects_deleted == 0
+    assert object_keys(s3, bucket) == {f"pastes/{sha('dead')}", "blobs/orphan/raw"}
 
 
 def test_a_parallel_listing_over_ranges_finds_what_one_listing_finds(conn, s3, bucket):

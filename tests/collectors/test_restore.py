@@ -6,13 +6,22 @@ from datetime import timedelta
 import pytest
 
 from blobgc.collectors.paste_expiry import expire_due_pastes
-from blobgc.collectors.restore import RestoreRefused, cancel_owed_deletions, plan_restore, restore_objects, restore_rows
+from blobgc.collectors.restore import (
+    RestoreRefused,
+    RestoreResult,
+    cancel_owed_deletions,
+    plan_restore,
+    restore_collection_rows,
+    restore_objects,
+    restore_rows,
+)
 from blobgc.core.keys import blob_keys, content_key
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import RunRef, ensure_run
 from demo_app.pastes import create_paste
 from tests.helpers import NOW, object_keys
 from tests.support.restore import swept_run
+from tests.support.shared_object import shared_object_swept_twice
 
 
 class RefusingOneKey:
@@ -61,7 +70,7 @@ def test_restore_says_which_rows_it_cannot_bring_back_and_a_retry_repeats_nothin
     assert (plan.source_dag_id, plan.objects_deleted, plan.objects_owed) == ("blobgc_paste_expiry", 2, 1)
     owed = cancel_owed_deletions(conn, restore, plan)
     objects = restore_objects(conn, s3, restore, plan)
-    rows = restore_rows(conn, restore, plan)
+    rows = restore_rows(conn, s3, restore, plan)
     assert (owed.cancelled, objects.restored, rows.restored, rows.not_restored) == (1, 2, 0, 1)
     assert object_keys(s3, versioned_bucket) == set(keys)
     assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0  # the owed key now stays
@@ -69,7 +78,7 @@ def test_restore_says_which_rows_it_cannot_bring_back_and_a_retry_repeats_nothin
     assert reason.startswith("app.content rows: the expired app.paste rows that referenced them are not in the log")
 
     again = (cancel_owed_deletions(conn, restore, plan), restore_objects(conn, s3, restore, plan),
-             restore_rows(conn, restore, plan))  # a retry of each step repeats nothing
+             restore_rows(conn, s3, restore, plan))  # a retry of each step repeats nothing
     assert (again[0].cancelled, again[1].restored, again[2].restored) == (0, 0, 0)
     recorded = dict(conn.execute("SELECT kind || ' ' || outcome, count(*) FROM blobgc.restore_item GROUP BY 1"))
     assert recorded == {"owed cancelled": 1, "object restored": 2, "row not_restored": 1}
@@ -85,7 +94,7 @@ def test_objects_deleted_before_versioning_are_reported_not_restored(conn, s3, b
         assert (objects.restored, objects.not_restored) == (0, 4)
         (reason,) = objects.reasons
         assert reason.startswith("no delete marker recorded for this key")
-        rows = restore_rows(conn, restore, plan)  # the rows are in the log, but their objects are gone for good
+        rows = restore_rows(conn, s3, restore, plan)  # the rows are in the log, but their objects are gone for good
         assert (rows.restored, rows.failed) == (0, 2)
         assert set(rows.reasons) == {"its object is still missing after the restore, so the row was not put back"}
         assert conn.execute("SELECT count(*) FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchone()[0] == 0
@@ -111,7 +120,7 @@ def test_stacked_delete_markers_are_all_removed_and_the_object_verified(conn, s3
     objects = restore_objects(conn, s3, restore, plan)
     assert (objects.restored, objects.failed) == (2, 0)
     assert s3.get_object(Bucket=versioned_bucket, Key=raw)["Body"].read() == b"r" * 100
-    rows = restore_rows(conn, restore, plan)
+    rows = restore_rows(conn, s3, restore, plan)
     assert rows.restored == 1
     assert conn.execute("SELECT count(*) FROM app.blob WHERE id = %s", (garbage[0],)).fetchone()[0] == 1
 
@@ -130,7 +139,7 @@ def test_object_that_cannot_come_back_is_reported_failed_and_its_row_not_reinser
     objects = restore_objects(conn, s3, restore, plan)
     assert (objects.restored, objects.failed) == (3, 1)
     assert any("no version of this object is left" in reason for reason in objects.reasons)
-    rows = restore_rows(conn, restore, plan)
+    rows = restore_rows(conn, s3, restore, plan)
     assert (rows.restored, rows.failed) == (1, 1)
     back = {r[0] for r in conn.execute("SELECT id FROM app.blob WHERE id = ANY(%s)", (garbage,))}
     assert back == {garbage[1]}
@@ -150,3 +159,42 @@ def test_suspended_versioning_is_refused_with_the_reason(conn, s3, versioned_buc
     assert "null version" in str(refused.value) and "Nothing was changed" in str(refused.value)
     assert conn.execute("SELECT count(*) FROM blobgc.restore_item").fetchone()[0] == 0
     assert not conn.execute("SELECT 1 FROM app.blob WHERE id = ANY(%s)", (garbage,)).fetchall()
+
+
+def undo(conn, s3, bound, source: RunRef, restore_run_id: str, dry_run: bool = False) -> RestoreResult:
+    """blobgc_restore's steps for one collection: plan, cancel owed deletions, the objects back, then the rows."""
+    restore = RunRef("blobgc_restore", restore_run_id, dry_run)
+    plan = plan_restore(conn, s3, source.run_id, source.dag_id)
+    assert plan.collections == [bound.name]
+    cancel_owed_deletions(conn, restore, plan)
+    restore_objects(conn, s3, restore, plan)
+    return restore_collection_rows(conn, s3, restore, plan, bound)
+
+
+def test_restore_shared_object_a_row_whose_shared_object_a_later_run_deleted_is_not_put_back(
+        conn, s3, versioned_bucket, tmp_path, monkeypatch):
+    """Issue 29, finding 4 (restore-shared-object): A and B share K; the first sweep deletes A and keeps K, the second
+    deletes B and K. Undoing the first run alone does not put A back (its object K cannot come back) and names the
+    second run; undoing the second run, then the first, brings both rows back with K."""
+    runs = shared_object_swept_twice(conn, s3, versioned_bucket, tmp_path, monkeypatch)
+    table, bound = f"{runs.schema}.upload", runs.bound
+
+    dry = undo(conn, s3, bound, runs.first, "undo-first-dry", dry_run=True)  # a dry run foresees it
+    assert (dry.restored, dry.failed) == (0, 1)
+    rows = undo(conn, s3, bound, runs.first, "undo-first")
+    assert (rows.restored, rows.failed) == (0, 1)
+    (reason,) = rows.reasons
+    assert reason == (f"its object {runs.shared} was deleted by blobgc_sweep run {runs.second.run_id!r}, whose undo "
+                      "is not part of this restore, so the row was not put back: restore that run first, then this "
+                      "one again")
+    assert not conn.execute(f"SELECT id FROM {table}").fetchall()  # no row without its object
+    assert conn.execute("SELECT item, outcome, detail FROM blobgc.restore_item WHERE restore_run_id = 'undo-first' "
+                        "AND kind = 'row'").fetchall() == [(f"{table} 1", "failed", reason)]
+
+    second = undo(conn, s3, bound, runs.second, "undo-second")  # B and K back
+    assert (second.restored, second.failed) == (1, 0)
+    first = undo(conn, s3, bound, runs.first, "undo-first-again")  # now A too: its object K is there
+    assert (first.restored, first.failed) == (1, 0)
+    assert {r[0] for r in conn.execute(f"SELECT id FROM {table}")} == {1, 2}
+    assert object_keys(s3, versioned_bucket) == {runs.shared, runs.a["thumb"], runs.b["thumb"]}
+    assert s3.get_object(Bucket=versioned_bucket, Key=runs.shared)["Body"].read() == b"the same bytes"

@@ -90,11 +90,67 @@ def test_key_templates_read_keys_back_into_typed_column_values(conn, bucket):
     sha = "a" * 64
     assert bound.parse_key(f"uploads/{sha}.png")[1] == {"sha": sha, "ext": "png"}
     assert bound.parse_key("upload-thumbs/42.jpg")[1] == {"id": "42"}
-    assert bound.parse_key("upload-thumbs/x42.jpg") is None  # a bigint id is digits only: it would not cast
-    assert bound.parse_key("uploads/a/b.png") is None
+    assert bound.parse_key("upload-thumbs/x42.jpg") is None  # no bigint's text form is x42
+    assert bound.parse_key("upload-thumbs/042.jpg") is None  # nor 042: bigint 42 forms upload-thumbs/42.jpg
+    assert bound.parse_key("uploads/a/b.png")[1] == {"sha": "a/b", "ext": "png"}  # a text value may hold /
     assert bound.keys_of({"id": 42, "sha": sha, "ext": "png"}) == [f"uploads/{sha}.png", "upload-thumbs/42.jpg"]
+    assert bound.keys_of({"id": 42, "sha": None, "ext": "png"}) == ["upload-thumbs/42.jpg"]  # NULL forms no key
     repeated = KeyTemplate.parse_template("m/{id}/{id}.x")
-    assert repeated.pattern({}).fullmatch("m/1/1.x") and not repeated.pattern({}).fullmatch("m/1/2.x")
+    assert repeated.readings("m/1/1.x") == [{"id": "1"}] and repeated.readings("m/1/2.x") == []
+
+
+@pytest.mark.parametrize(("template", "key", "expected"), [
+    ("studio/{checksum}.{kind}", "studio/abc.tar.gz", [{"checksum": "abc", "kind": "tar.gz"},
+                                                       {"checksum": "abc.tar", "kind": "gz"}]),
+    ("u/{owner}_{name}", "u/alice_my_cat.jpg", [{"owner": "alice", "name": "my_cat.jpg"},
+                                                {"owner": "alice_my", "name": "cat.jpg"}]),
+    ("files/{path}", "files/2024/05/cat.jpg", [{"path": "2024/05/cat.jpg"}]),
+    ("files/{path}", "other/2024", []),
+])
+def test_ambiguous_separator_a_key_has_every_reading_its_template_allows(template, key, expected):
+    assert KeyTemplate.parse_template(template).readings(key) == expected
+
+
+def test_ambiguous_separator_a_template_whose_placeholders_cannot_be_told_apart_is_refused_naming_it():
+    with pytest.raises(CollectionsError, match=r"collection 'uploads', field 'keys': 'u/{sha}{ext}': placeholders "
+                                               r"must be separated by literal text: {sha}{ext} cannot be told apart"):
+        parse_collections(one("table: shop.upload\nid: id\nkeys: ['v/{id}', 'u/{sha}{ext}']"))
+
+
+@pytest.mark.parametrize("prefix", ["pastes/", "mail/", "blobs/", "images/ab/", "past"])
+def test_seed_prefix_overlap_a_collection_under_a_seed_layouts_prefix_is_refused(conn, tmp_path, monkeypatch, prefix):
+    from blobgc.core.keys import load_checked_collections
+
+    path = tmp_path / "collections.yaml"
+    path.write_text(one(f"table: shop.upload\nid: id\nkeys: ['{prefix}{{sha}}']"))
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    with pytest.raises(CollectionsError, match=f"collection 'uploads', field 'keys': prefix '{prefix}' overlaps the "
+                                               "prefix '.*' of blobgc's own objects of table .* in bucket 'blobgc'"):
+        load_checked_collections(conn, default_bucket="blobgc")
+    path.write_text(one(f"table: shop.upload\nid: id\nbucket: another-bucket\nkeys: ['{prefix}{{sha}}']"))
+    assert list(load_checked_collections(conn, default_bucket="blobgc")) == ["uploads"]  # in a bucket of its own
+
+
+def test_seed_prefix_overlap_app_blob_is_the_seed_layout_of_its_own_table(conn, monkeypatch):
+    from blobgc.core.keys import load_checked_collections
+
+    monkeypatch.delenv("BLOBGC_COLLECTIONS", raising=False)
+    assert "app_blob" in load_checked_collections(conn, default_bucket="blobgc")
+
+
+def test_seed_prefix_overlap_a_seed_layout_whose_table_does_not_exist_holds_no_prefix(conn, tmp_path, monkeypatch):
+    from blobgc.core.keys import load_checked_collections
+
+    path = tmp_path / "collections.yaml"
+    path.write_text(one("table: shop.upload\nid: id\nkeys: ['mail/{sha}']"))
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    with conn.transaction():
+        conn.execute("ALTER TABLE gen.blob RENAME TO blob_elsewhere")
+    try:
+        assert list(load_checked_collections(conn, default_bucket="blobgc")) == ["uploads"]
+    finally:
+        with conn.transaction():
+            conn.execute("ALTER TABLE gen.blob_elsewhere RENAME TO blob")
 
 
 @pytest.mark.parametrize(("change", "field", "expected"), [

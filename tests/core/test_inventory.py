@@ -3,16 +3,28 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import uuid
 from datetime import datetime, timezone
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from blobgc.core.inventory import Destination, InventoryError, destinations, download, engine, find_report
 
 CSV_SCHEMA = "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag"
-
+# The Parquet data files' schema, as AWS's manifest.json states it for a versioned inventory with these fields.
+PARQUET_SCHEMA = ("message s3.inventory { required binary bucket (UTF8); required binary key (UTF8); "
+                  "optional binary version_id (UTF8); optional boolean is_latest; optional boolean is_delete_marker; "
+                  "optional int64 size; optional int64 last_modified_date (TIMESTAMP_MILLIS); "
+                  "optional binary e_tag (UTF8); optional binary storage_class (UTF8);}")
+PARQUET_COLUMNS = pa.schema([
+    pa.field("bucket", pa.string(), nullable=False), pa.field("key", pa.string(), nullable=False),
+    pa.field("version_id", pa.string()), pa.field("is_latest", pa.bool_()), pa.field("is_delete_marker", pa.bool_()),
+    pa.field("size", pa.int64()), pa.field("last_modified_date", pa.timestamp("ms", tz="UTC")),
+    pa.field("e_tag", pa.string()), pa.field("storage_class", pa.string())])
 
 
 def put_report(s3, reports: str, lines: list[str], *, schema: str = CSV_SCHEMA, folder: str = "2026-11-22T00-00Z",
@@ -47,6 +59,59 @@ def test_a_versioned_report_yields_current_objects_only_with_their_keys_decoded(
     assert rows == {("a/one two+three.jpg", 10, int(datetime(2026, 11, 1, 10, tzinfo=timezone.utc).timestamp() * 1000)),
                     ("c/✓.jpg", 3, int(datetime(2026, 11, 3, 10, tzinfo=timezone.utc).timestamp() * 1000))}
     assert not (tmp_path / "db").exists()  # the engine's scratch directory goes with it
+
+
+def at(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=timezone.utc)
+
+
+def epoch_ms(when: datetime) -> int:
+    return int(when.timestamp() * 1000)
+
+
+def put_parquet_report(s3, reports: str, parts: list[list[tuple]]) -> str:
+    """A versioned report of bucket photos in Parquet, written with pyarrow (not blobgc's writer), one data file per
+    part, as S3 delivers it: raw keys, sizes as int64, LastModifiedDate as UTC milliseconds."""
+    files = []
+    for rows in parts:
+        table = pa.Table.from_pylist([dict(zip(PARQUET_COLUMNS.names, ("photos", *row), strict=True)) for row in rows],
+                                     schema=PARQUET_COLUMNS)
+        out = io.BytesIO()
+        pq.write_table(table, out, compression="snappy")
+        data = out.getvalue()
+        data_key = f"inv/photos/parquet/data/{uuid.uuid4()}.parquet"
+        s3.put_object(Bucket=reports, Key=data_key, Body=data)
+        files.append({"key": data_key, "size": len(data), "MD5checksum": hashlib.md5(data).hexdigest()})
+    manifest = json.dumps({
+        "sourceBucket": "photos", "destinationBucket": f"arn:aws:s3:::{reports}", "version": "2016-11-30",
+        "creationTimestamp": str(int(at(2026, 11, 22).timestamp() * 1000)), "fileFormat": "Parquet",
+        "fileSchema": PARQUET_SCHEMA, "files": files}).encode()
+    key = "inv/photos/parquet/2026-11-22T00-00Z/manifest.json"
+    s3.put_object(Bucket=reports, Key=key, Body=manifest)
+    s3.put_object(Bucket=reports, Key=key.replace(".json", ".checksum"), Body=hashlib.md5(manifest).hexdigest().encode())
+    return key
+
+
+def test_a_parquet_report_in_aws_schema_written_by_another_writer_is_read_with_its_keys_sizes_and_dates(
+        s3, reports, tmp_path):
+    put_parquet_report(s3, reports, [
+        [("a/one two+three.jpg", "v2", True, False, 10, at(2026, 11, 1, 10, 0, 0, 123000), "e1", "STANDARD"),
+         ("a/one two+three.jpg", "v1", False, False, 9, at(2026, 10, 1, 10), "e0", "STANDARD"),
+         ("b/deleted.jpg", "v3", True, True, None, at(2026, 11, 2, 10), None, None),
+         ("b/deleted.jpg", "v2", False, False, 7, at(2026, 10, 2, 10), "e2", "STANDARD")],
+        [("c/✓ 100%.jpg", "null", True, False, 3, at(2026, 11, 3, 10), "e3", "GLACIER"),
+         ("d/big.bin", "v9", True, False, 5_000_000_000, at(2025, 1, 31, 23, 59, 59), "e4-2", "STANDARD_IA")],
+    ])
+    report = find_report(s3, Destination.parse(f"s3://{reports}/inv", source_bucket="photos"), "photos")
+    assert (report.file_format, report.created, len(report.files)) == ("Parquet", at(2026, 11, 22), 2)
+    assert report.fields == ("Bucket", "Key", "VersionId", "IsLatest", "IsDeleteMarker", "Size", "LastModifiedDate",
+                             "ETag", "StorageClass")
+    with engine(tmp_path / "db") as db:
+        assert db.load_inventory(report, download(s3, report, tmp_path / "files")) == 3
+        rows = set(db.db.execute("SELECT key, size, modified_ms FROM inventory").fetchall())
+    assert rows == {("a/one two+three.jpg", 10, epoch_ms(at(2026, 11, 1, 10, 0, 0, 123000))),  # keys as written
+                    ("c/✓ 100%.jpg", 3, epoch_ms(at(2026, 11, 3, 10))),
+                    ("d/big.bin", 5_000_000_000, epoch_ms(at(2025, 1, 31, 23, 59, 59)))}
 
 
 def test_a_key_that_does_not_url_decode_fails_the_read(s3, reports, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from blobgc.collectors.paste_expiry import expire_due_pastes
 from blobgc.core.clients import pg_connect, s3_client_from_env
 from blobgc.core.keys import (
+    BLOB_OBJECTS, IMAGE_FILES, MAIL_BLOBS, PASTE_CONTENTS, blob_keys, image_keys, mail_key,
     KeyLayoutError, PROFILE_STAGING, STAGING, content_key, generation_of, mail_blob_id as blob_id_for, master_key,
     master_prefix_of_thumb, rev_month, staging_layout, thumb_key, thumb_prefix, time8,
 )
@@ -51,6 +52,17 @@ def test_staging_layout_is_exact():
     assert not PROFILE_STAGING.fullmatch("profiles-staging/masters/avatar.jpg")
     with pytest.raises(KeyLayoutError):
         staging_layout("masters/")
+
+
+@pytest.mark.parametrize("value", ["abc123", "a" * 64, "A.b-c_d", "x/y", "2024/05/cat.jpg", "a", "ab", "é ü+%",
+                                   "raw/raw", "line\nbreak"])
+def test_narrow_seed_layout_every_seed_layout_reads_back_exactly_the_value_its_key_was_formed_from(value):
+    """One placeholder between fixed literals: a key has one reading, the value it was formed from, whatever the
+    column held (CONTRACT §3's columns are text)."""
+    assert BLOB_OBJECTS.identity(blob_keys(value)[0]) == BLOB_OBJECTS.identity(blob_keys(value)[1]) == value
+    assert PASTE_CONTENTS.identity(content_key(value)) == value
+    assert MAIL_BLOBS.identity(mail_key(value)) == value
+    assert all(IMAGE_FILES.identity(key) == value for key in image_keys(value, ["orig", "thumb"]))
 
 
 def test_blob_ids_embed_the_generation_and_the_content_hash():

@@ -6,7 +6,15 @@ from datetime import timedelta
 import pytest
 from botocore.exceptions import ClientError
 
-from blobgc.core.outbox import DrainPolicy, delete_owed_objects, owed_summary, record_deletions, unpark_owed_deletions
+from blobgc.core.outbox import (
+    DEFAULT_POLICY,
+    PARK_AFTER,
+    DrainPolicy,
+    delete_owed_objects,
+    owed_summary,
+    record_deletions,
+    unpark_owed_deletions,
+)
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.reclaim.report import collect_report
 from tests.helpers import NOW, object_keys, s3_outage
@@ -116,6 +124,52 @@ def test_failing_row_backs_off_between_attempts(conn, s3, bucket):
         conn.execute("UPDATE blobgc.outbox SET next_attempt_at = now() - interval '1 second'")
     delete_owed_objects(conn, s3, run, policy=policy)
     assert outbox_rows(conn)[0][1:3] == (3, 3)
+
+
+def test_a_key_no_retry_can_delete_is_parked_after_the_documented_five_failures(conn, s3, bucket):
+    """The default policy, as the module documents it: a row whose key fails for good (NoSuchBucket) is tried again
+    with a growing backoff and parked on its fifth failure in a row; parked, it stays owed and is not tried again.
+    Each backoff is ended in SQL, as if the wait had passed (time is never faked forward)."""
+    assert PARK_AFTER == 5 and DEFAULT_POLICY.park_after == PARK_AFTER
+    owe(conn, new_run(conn, "refused-for-good"), "blobgc-no-such-bucket-test", ["gone/a"])
+    healthy = ["fine/0", "fine/1", "fine/2", "fine/3", "fine/4"]
+
+    def row() -> tuple:
+        return conn.execute("SELECT attempts, failures, parked_at IS NOT NULL, "
+                            "extract(epoch FROM next_attempt_at - now()) FROM blobgc.outbox WHERE bucket <> %s",
+                            (bucket,)).fetchone()
+
+    for failure in range(1, PARK_AFTER + 1):
+        put(s3, bucket, healthy[failure - 1])
+        owe(conn, new_run(conn, f"healthy-{failure}"), bucket, [healthy[failure - 1]])
+        drained = delete_owed_objects(conn, s3, new_run(conn, f"drain-{failure}"))  # the default policy
+        assert (drained.objects_deleted, drained.failed) == (1, 1)  # the healthy row drains every time
+        attempts, failures, parked, wait_s = row()
+        assert (attempts, failures, parked) == (failure, failure, failure == PARK_AFTER)
+        assert drained.parked == (1 if failure == PARK_AFTER else 0) and drained.owed_after == 1
+        if failure == PARK_AFTER:
+            break
+        backoff = DEFAULT_POLICY.backoff(failure).total_seconds()
+        if not backoff:  # after the first failure: due again at once
+            assert wait_s is None
+            continue
+        assert backoff - 60 < wait_s <= backoff  # due again only once the backoff is over
+        waiting = delete_owed_objects(conn, s3, new_run(conn, f"too-early-{failure}"))
+        assert waiting.failed == 0 and row()[0] == failure  # not due: not tried
+        with conn.transaction():
+            conn.execute("UPDATE blobgc.outbox SET next_attempt_at = now() - interval '1 second' WHERE bucket <> %s",
+                         (bucket,))
+    assert [DEFAULT_POLICY.backoff(f).total_seconds() for f in range(1, PARK_AFTER)] == [0, 60, 240, 960]
+
+    with conn.transaction():  # even due, a parked row is not tried again
+        conn.execute("UPDATE blobgc.outbox SET next_attempt_at = now() - interval '1 second'")
+    later = delete_owed_objects(conn, s3, new_run(conn, "while-parked"))
+    assert (later.failed, later.parked, later.owed_after) == (0, 1, 1)
+    assert row()[:3] == (PARK_AFTER, PARK_AFTER, True)
+    errors = conn.execute("SELECT last_errors ->> 'gone/a' FROM blobgc.outbox").fetchone()[0]
+    assert errors.startswith("NoSuchBucket")
+    assert owed_summary(conn, DAG)[3] == 1
+    assert object_keys(s3, bucket) == set()
 
 
 def test_transient_outage_of_one_bucket_drains_the_others_then_fails(conn, s3, bucket):

@@ -2,8 +2,11 @@
 that reads them."""
 from __future__ import annotations
 
+import uuid
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from blobgc.core.references import (
     Reference, ReferenceSet, UnfollowableReference, discover_references, referenced_ids_query,
@@ -46,25 +49,35 @@ def test_discovers_the_contract_foreign_keys(conn):
     assert all(r.indexed for r in refs.foreign_keys)
 
 
-def test_foreign_key_blobgc_cannot_follow_fails_the_mark_naming_the_constraint(conn, s3, bucket):
+@pytest.fixture
+def limited_role(conn, test_dsn):
+    """A role of the test's own (roles outlive the test database), dropped with its grants afterwards even when
+    the test fails."""
+    role = sql.Identifier(f"blobgc_limited_{uuid.uuid4().hex[:12]}")
+    conn.execute(sql.SQL("CREATE ROLE {}").format(role))
+    try:
+        yield role
+    finally:
+        conn.execute("RESET ROLE")  # the test may have failed while acting as the role
+        with psycopg.connect(test_dsn, autocommit=True) as admin:  # its grants are in the test database only
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            admin.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+def test_foreign_key_blobgc_cannot_follow_fails_the_mark_naming_the_constraint(conn, s3, bucket, limited_role):
     """Finding 4 (unfollowable): a referencing table this role may not read fails discovery, naming the constraint."""
     make_blobs(conn, s3, bucket, 1)
     with scratch_schema(conn, "CREATE TABLE refs_test.secret (blob_id text CONSTRAINT secret_blob_fk "
                               "REFERENCES app.blob)"):
         with conn.transaction():
-            conn.execute("DO $$ BEGIN CREATE ROLE blobgc_limited_test; EXCEPTION WHEN duplicate_object THEN NULL; "
-                         "END $$")
-            conn.execute("GRANT USAGE ON SCHEMA app, refs_test TO blobgc_limited_test")
-            conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA app TO blobgc_limited_test")
-        conn.execute("SET ROLE blobgc_limited_test")
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA app, refs_test TO {}").format(limited_role))
+            conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA app TO {}").format(limited_role))
+        conn.execute(sql.SQL("SET ROLE {}").format(limited_role))
         try:
             with pytest.raises(UnfollowableReference, match="secret_blob_fk"):
                 discover_references(conn)
         finally:
             conn.execute("RESET ROLE")
-            with conn.transaction():
-                conn.execute("REVOKE ALL ON ALL TABLES IN SCHEMA app FROM blobgc_limited_test")
-                conn.execute("REVOKE USAGE ON SCHEMA app, refs_test FROM blobgc_limited_test")
 
 
 @pytest.mark.parametrize("query, problem", [

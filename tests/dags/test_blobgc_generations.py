@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 from demo_app.mail import add_reference, delete_reference
-from tests.helpers import run_dag
+from tests.helpers import assert_param_refused, run_dag
 from tests.support.generations import DAG, blobs, mail_keys, old_generation_with
 
 
@@ -61,5 +61,5 @@ def test_airflow_runs_the_generations_dag(conn, s3, bucket):
 
     # a malformed rate is refused before anything runs
     bad = run_dag(DAG, conf={"false_positive_rate": 2}, env_extra=env)
-    assert bad.returncode != 0 and "false_positive_rate" in bad.stdout + bad.stderr
+    assert_param_refused(bad, "Invalid input for param false_positive_rate: 2 is greater than the maximum of 0.5")
     assert conn.execute("SELECT max(id) FROM gen.generation").fetchone()[0] == 5

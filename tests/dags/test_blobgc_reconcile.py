@@ -9,7 +9,8 @@ import pytest
 from blobgc.core.inventory import Destination
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
-from tests.helpers import airflow_api, object_keys, run_dag
+from tests.helpers import airflow_api, assert_param_refused, object_keys, run_dag
+from tests.support.collections import add_upload, create_shop, new_schema, shop_yaml, write_collections
 from tests.support.reconcile import DAG, age, contents_rows, new_run, owed, put, reconcile_all, sha
 
 
@@ -41,8 +42,7 @@ def test_min_age_floor_refuses_less_than_an_hour(conn, s3, bucket):
         reconcile_all(conn, s3, bucket, run, cutoff=run.reference_time - timedelta(minutes=30))
     assert owed(conn) == set()
     result = run_dag(DAG, conf={"min_age_hours": 0}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
-    output = result.stdout + result.stderr
-    assert result.returncode != 0 and "min_age_hours" in output, output[-3000:]
+    assert_param_refused(result, "Invalid input for param min_age_hours: 0 is less than the minimum of 1")
     assert len(object_keys(s3, bucket)) == 1
 
 
@@ -91,3 +91,55 @@ def test_airflow_reconcile_lists_ranges_of_a_shard_side_by_side(conn, s3, bucket
                     if t["task_id"] == "reconcile_shard" and t["rendered_map_index"].startswith("pastes/"))
     assert ranges == ["pastes/0 [pastes/08, …)", "pastes/0 […, pastes/08)"]
     assert object_keys(s3, bucket) == set()
+
+
+def two_shops(conn, s3, bucket: str, tmp_path) -> tuple[str, str, dict[str, str]]:
+    """Collections `a` and `b` (shops keyed under `<name>/` and `<name>-thumbs/`) in `bucket`, each with one
+    upload and one old orphan, and the file declaring them (env of a run)."""
+    a, b = new_schema(), new_schema()
+    for schema in (a, b):
+        create_shop(conn, schema)
+        add_upload(conn, s3, schema, bucket, 1, f"{schema} live".encode(), prefix=f"{schema}/",
+                   thumbs=f"{schema}-thumbs/")
+        put(s3, bucket, f"{schema}/{sha('no row')}.png")
+    text = shop_yaml(a, bucket, name=a, prefix=f"{a}/", thumbs=f"{a}-thumbs/") + \
+        shop_yaml(b, bucket, name=b, prefix=f"{b}/", thumbs=f"{b}-thumbs/").replace("collections:\n", "")
+    return a, b, {"BLOBGC_COLLECTIONS": str(write_collections(tmp_path, text)), "AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
+
+
+def test_collections_param_scope_a_listing_run_of_one_collection_touches_nothing_else(conn, s3, bucket, tmp_path):
+    """Issue 29, finding 8: with `collections: [a]`, a listing run lists, plans and reports a's prefixes only: not
+    the seed layouts' (an old `pastes/` orphan), not another collection's (b's orphan), not unknown folders."""
+    a, b, env = two_shops(conn, s3, bucket, tmp_path)
+    put(s3, bucket, f"pastes/{sha('no content row')}", "tmp/unknown.bin")
+    age(s3, bucket)
+    before = object_keys(s3, bucket)
+    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1}, env_extra=env)
+    assert result.returncode == 0, result.output[-3000:]
+    assert before - object_keys(s3, bucket) == {f"{a}/{sha('no row')}.png"}  # a's orphan went, nothing else
+    assert {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint")} == {
+        f"{a}:{a}/", f"{a}:{a}-thumbs/"}
+    assert {r[0] for r in conn.execute("SELECT unnest(keys) FROM blobgc.plan_item")} == {f"{a}/{sha('no row')}.png"}
+    assert conn.execute("SELECT count(*) FROM blobgc.reconcile_finding").fetchone()[0] == 0
+
+
+def test_collections_param_scope_an_inventory_run_needs_only_its_collections_reports(conn, s3, bucket,
+                                                                                     versioned_bucket, reports,
+                                                                                     tmp_path):
+    """Issue 29, finding 8: `source: inventory` with `collections: [a]`, a's objects in a bucket of their own, reads
+    that bucket's report only: the run's bucket (seed layouts, with an old orphan) has none and needs none."""
+    a, _b, env = two_shops(conn, s3, versioned_bucket, tmp_path)
+    put(s3, bucket, f"pastes/{sha('no content row')}")
+    age(s3, bucket)
+    age(s3, versioned_bucket)
+    report_of_bucket(s3, versioned_bucket, Destination(reports, "inventories/"), file_format="parquet")
+    before = object_keys(s3, versioned_bucket)
+    env = {**env, **inventory_env(versioned_bucket, reports), "AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
+    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1, "source": "inventory"}, env_extra=env)
+    assert result.returncode == 0, result.output[-3000:]
+    instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
+    assert [t["rendered_map_index"] for t in instances if t["task_id"] == "reconcile_shard"] == [
+        f"inventory of {versioned_bucket}"]
+    assert before - object_keys(s3, versioned_bucket) == {f"{a}/{sha('no row')}.png"}
+    assert object_keys(s3, bucket) == {f"pastes/{sha('no content row')}"}
+    assert conn.execute("SELECT count(*) FROM blobgc.reconcile_finding").fetchone()[0] == 0

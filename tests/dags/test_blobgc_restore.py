@@ -9,6 +9,7 @@ from blobgc.core.keys import blob_keys
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import NOW, object_keys, run_dag
 from tests.support.restore import swept_run
+from tests.support.shared_object import shared_object_swept_twice
 
 
 def test_blobgc_restore_undoes_a_sweep_on_a_versioned_bucket(conn, s3, versioned_bucket):
@@ -45,3 +46,26 @@ def test_blobgc_restore_refuses_an_unversioned_bucket(conn, s3, bucket):
     ensure_run(conn, dry, NOW)
     with pytest.raises(RestoreRefused, match="was a dry run"):
         plan_restore(conn, s3, "dry")
+
+
+def test_blobgc_restore_shared_object_names_the_run_to_undo_first(conn, s3, versioned_bucket, tmp_path, monkeypatch):
+    """Issue 29, finding 4 (restore-shared-object), as the DAG runs it: undoing the first of two sweeps does not put
+    back a row whose shared object the second deleted, and records the second run as the one to undo first; undoing
+    the second run, then the first, brings both rows back with the object."""
+    runs = shared_object_swept_twice(conn, s3, versioned_bucket, tmp_path, monkeypatch)
+    table = f"{runs.schema}.upload"
+    conf = {"run_id": runs.first.run_id, "source_dag_id": "blobgc_sweep"}
+    first = run_dag("blobgc_restore", conf=conf)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert not conn.execute(f"SELECT id FROM {table}").fetchall()
+    rows = conn.execute("SELECT item, outcome, detail FROM blobgc.restore_item WHERE restore_run_id = %s AND "
+                        "kind = 'row'", (first.run_id,)).fetchall()
+    assert rows == [(f"{table} 1", "failed", f"its object {runs.shared} was deleted by blobgc_sweep run "
+                     f"{runs.second.run_id!r}, whose undo is not part of this restore, so the row was not put back: "
+                     "restore that run first, then this one again")]
+
+    for source in (runs.second, runs.first):
+        result = run_dag("blobgc_restore", conf={"run_id": source.run_id, "source_dag_id": "blobgc_sweep"})
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert {r[0] for r in conn.execute(f"SELECT id FROM {table}")} == {1, 2}
+    assert object_keys(s3, versioned_bucket) == {runs.shared, runs.a["thumb"], runs.b["thumb"]}

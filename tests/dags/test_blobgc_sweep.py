@@ -3,8 +3,20 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from blobgc.collectors.mark import mark_collection
 from blobgc.core.keys import blob_keys
-from tests.helpers import FAR_FUTURE, airflow, make_blobs, object_keys, run_dag, set_unused_since
+from blobgc.core.references import discover_references
+from tests.helpers import FAR_FUTURE, airflow, assert_param_refused, make_blobs, object_keys, run_dag, set_unused_since
+from tests.support.collections import (
+    add_upload,
+    backdate_marks,
+    backdate_uploads,
+    bound_shop,
+    create_shop,
+    new_schema,
+    shop_yaml,
+    write_collections,
+)
 
 
 def test_airflow_dags_test_mark_then_sweep_reclaims_garbage(conn, s3, bucket):
@@ -46,8 +58,7 @@ def test_airflow_dags_test_dry_run_sweep_deletes_nothing(conn, s3, bucket):
 
 def test_malformed_conf_is_refused_before_anything_runs(conn):
     result = run_dag("blobgc_sweep", conf={"batch_size": 5000})
-    assert result.returncode != 0
-    assert "batch_size" in (result.stdout + result.stderr)
+    assert_param_refused(result, "Invalid input for param batch_size: 5000 is greater than the maximum of 1000")
     assert conn.execute("SELECT count(*) FROM blobgc.run").fetchone()[0] == 0
 
 
@@ -65,3 +76,30 @@ def test_future_logical_date_sweep_keeps_blobs_within_their_grace(conn, s3, buck
     assert object_keys(s3, bucket) == set(blob_keys(recent))
     reference = conn.execute("SELECT reference_time FROM blobgc.run WHERE dag_id = 'blobgc_sweep'").fetchone()[0]
     assert reference < datetime.now(timezone.utc)
+
+
+def test_collection_grace_ignored_a_collection_of_12_hours_is_swept_once_its_own_grace_passed(conn, s3, bucket,
+                                                                                            tmp_path):
+    """Issue 29, finding 7: with no grace Param given, the collection's own grace_hours (12) decides, not the
+    Param's old default of 24; a run given `grace_hours: 24` still lengthens it and keeps the row."""
+    schema = new_schema()
+    create_shop(conn, schema)
+    upload = add_upload(conn, s3, schema, bucket, 1, b"unused for 13 hours")
+    env = {"BLOBGC_COLLECTIONS": str(write_collections(tmp_path, shop_yaml(schema, bucket, name=schema,
+                                                                           grace_hours=12))),
+           "AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
+    bound = bound_shop(conn, schema, bucket, name=schema, grace_hours=12)
+    mark_collection(conn, bound, discover_references(conn, bound.collection.table,
+                                                     extra_sql=bound.collection.references, id_column="id"))
+    backdate_marks(conn, schema, "13 hours")  # unused for 13 h, and created as long ago
+    backdate_uploads(conn, schema, [1], "13 hours")
+
+    longer = run_dag("blobgc_sweep", conf={"grace_hours": 24}, env_extra=env)
+    assert longer.returncode == 0, longer.output[-3000:]
+    assert conn.execute(f"SELECT count(*) FROM {schema}.upload").fetchone()[0] == 1
+    assert {upload["key"], upload["thumb"]} <= object_keys(s3, bucket)
+
+    own = run_dag("blobgc_sweep", env_extra=env)  # no Param given: the collection's 12 h
+    assert own.returncode == 0, own.output[-3000:]
+    assert conn.execute(f"SELECT count(*) FROM {schema}.upload").fetchone()[0] == 0
+    assert not {upload["key"], upload["thumb"]} & object_keys(s3, bucket)

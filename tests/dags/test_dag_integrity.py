@@ -32,7 +32,8 @@ EXPECTED_TASKS = {
 }
 # CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
 # does the generations DAG (its grace is the n-2 rule); its own Param is false_positive_rate
-GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", 24),
+# (the sweep's grace_hours is null: each collection's own grace_hours, which a given Param can only lengthen)
+GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", None),
                 "blobgc_paste_expiry": (None, None), "blobgc_image_cleanup": ("grace_days", 14),
                 "blobgc_reconcile": ("min_age_hours", 24), "blobgc_generations": ("false_positive_rate", 0.01),
                 "blobgc_media_staging": ("max_age_minutes", 60), "blobgc_media_thumbnails": ("min_age_hours", 24)}
@@ -103,9 +104,11 @@ def test_the_collecting_dags_take_the_collections_param_defaulting_to_all(dagbag
 
 def test_batch_size_over_1000_is_rejected(dagbag):
     from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
 
     params = ParamsDict(dagbag.dags["blobgc_sweep"].params)
-    with pytest.raises(Exception, match="1000"):
+    with pytest.raises(ParamValidationError,
+                       match="^Invalid input for param batch_size: 1001 is greater than the maximum of 1000"):
         params["batch_size"] = 1001
         params.validate()
 

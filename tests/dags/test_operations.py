@@ -2,15 +2,18 @@
 
 Runs the scheduler executes read the stack's own application database and the `blobgc` bucket (the
 scheduler's connections cannot point at the tests' database), so this test works there with data of
-its own: pastes with unique short codes that expired before a day of 2026 picked at random (after the DAG's
-start_date, or its runs would have no tasks), on which its two failing runs are due. The S3 outage is the local S3 server's drill: the `blobgc`
-bucket answers 503 for the outage's length, as S3 does when it is down.
+its own: pastes with unique short codes that expired before two hours of 2026 (after the DAG's start_date, or
+its runs would have no tasks, and long past), on which its two failing runs are due. The hours are the first
+two after every run the stack already has in that window: fixed on a fresh stack, new on a kept one. The S3
+outage is the local S3 server's drill: the `blobgc` bucket answers 503 for the outage's length, as S3 does
+when it is down.
 """
 from __future__ import annotations
 
 import json
-import random
 import time
+import urllib.parse
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -26,6 +29,23 @@ DAG = "blobgc_paste_expiry"
 
 
 BUCKET = "blobgc"
+# the window the test's runs are dated in: after the DAG's start_date (2026-01-01), and months in the past
+WINDOW = (datetime(2026, 1, 2, tzinfo=timezone.utc), datetime(2026, 10, 1, tzinfo=timezone.utc))
+
+
+def next_free_hour(app_conn) -> datetime:
+    """The first hour of the window after every run of the DAG dated in it, in Airflow or in blobgc.run (runs of
+    this test's earlier sessions on a kept stack): the same hour on a fresh stack, and never a run's date twice."""
+    query = urllib.parse.urlencode({"logical_date_gte": WINDOW[0].isoformat(), "logical_date_lte": WINDOW[1].isoformat(),
+                                    "order_by": "-logical_date", "limit": 1})
+    runs = airflow_api(f"/api/v2/dags/{DAG}/dagRuns?{query}")["dag_runs"]
+    dated = [datetime.fromisoformat(runs[0]["logical_date"])] if runs else []
+    dated += [r[0] for r in app_conn.execute("SELECT max(reference_time) FROM blobgc.run WHERE dag_id = %s "
+                                             "AND reference_time BETWEEN %s AND %s", (DAG, *WINDOW)) if r[0]]
+    latest = max(dated, default=None)
+    hour = WINDOW[0] if latest is None else latest.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    assert hour + timedelta(hours=1) < WINDOW[1], f"the window's hours are used up by earlier runs (up to {latest})"
+    return hour
 
 
 def wait_for_runs(run_ids: list[str], timeout: float = 420) -> dict[str, str]:
@@ -51,9 +71,9 @@ def app_conn(stack):
 
 def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, app_conn, redis):
     s3 = s3_client_from_env()
-    day = datetime(2026, 1, 2, tzinfo=timezone.utc) + timedelta(days=random.randrange(300))  # after start_date
-    first, second = day, day + timedelta(hours=1)  # two hourly runs of the DAG's cron
-    tag = f"op{random.randrange(16**6):06x}"
+    first = next_free_hour(app_conn)
+    second = first + timedelta(hours=1)  # two hourly runs of the DAG's cron
+    tag = f"op{uuid.uuid4().hex[:6]}"  # short codes of this test's own (a failed earlier session leaves its pastes)
     pastes = [create_paste(app_conn, s3, redis, bucket=BUCKET, content=f"{tag} early {i}".encode(),
                            expires_at=first - timedelta(days=1), short_code=f"{tag}e{i}") for i in range(6)]
     pastes += [create_paste(app_conn, s3, redis, bucket=BUCKET, content=f"{tag} late {i}".encode(),

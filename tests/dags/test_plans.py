@@ -12,10 +12,14 @@ import time
 import urllib.error
 import urllib.parse
 
+import psycopg
 import pytest
 
 from blobgc.core.keys import blob_keys
+from blobgc.core.plans import plan_parts
+from blobgc.core.runs import RunRef
 from tests.helpers import airflow_api, backdate_object, make_blobs, object_keys, run_dag, set_unused_since
+from tests.support.by_hand import run_task_by_hand
 
 SWEEP = "blobgc_sweep"
 RECONCILE = "blobgc_reconcile"
@@ -148,13 +152,21 @@ def history(conn, dag_id: str, objects: list[int]) -> None:
 
 
 class Answer(threading.Thread):
-    """Answers the gate of the one waiting run of `dag_id` through the REST API, as the UI does."""
+    """Answers the gate of the one waiting run of `dag_id` through the REST API, as the UI does.
 
-    def __init__(self, dag_id: str, option: str | None):
+    Only a gate whose waiting is recorded in this session's database (`dsn`) is this test's: another session
+    running gate tests on the same Airflow stack has gates of its own waiting."""
+
+    def __init__(self, dag_id: str, option: str | None, dsn: str):
         super().__init__(daemon=True)
-        self.dag_id, self.option = dag_id, option
+        self.dag_id, self.option, self.dsn = dag_id, option, dsn
         self.detail: dict | None = None
         self.error: BaseException | None = None
+
+    def ours(self, run_id: str) -> bool:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return conn.execute("SELECT EXISTS (SELECT 1 FROM blobgc.gate_decision WHERE dag_id = %s AND run_id = %s "
+                                "AND decision = 'waiting')", (self.dag_id, run_id)).fetchone()[0]
 
     def run(self) -> None:
         try:
@@ -162,7 +174,8 @@ class Answer(threading.Thread):
             while time.monotonic() < deadline:
                 waiting = airflow_api(f"/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails?response_received=false")
                 pending = [d for d in waiting.get("hitl_details", [])
-                           if d["task_instance"]["task_id"] == "gate" and d["task_instance"]["state"] == "awaiting_input"]
+                           if d["task_instance"]["task_id"] == "gate" and d["task_instance"]["state"] == "awaiting_input"
+                           and self.ours(d["task_instance"]["dag_run_id"])]
                 if pending:
                     self.detail = pending[0]
                     if self.option is not None:
@@ -185,9 +198,9 @@ def gated(conn, s3, bucket) -> list[str]:
 
 
 @pytest.mark.parametrize("option", ["Approve", "Reject"])
-def test_a_run_at_ten_times_the_median_waits_for_a_person(conn, s3, bucket, option):
+def test_a_run_at_ten_times_the_median_waits_for_a_person(conn, test_dsn, s3, bucket, option):
     ids = gated(conn, s3, bucket)
-    answer = Answer(SWEEP, option)
+    answer = Answer(SWEEP, option, test_dsn)
     answer.start()
     result = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE))
     answer.join(30)
@@ -215,9 +228,9 @@ def test_a_run_at_ten_times_the_median_waits_for_a_person(conn, s3, bucket, opti
                             "WHERE run_id = %s", (result.run_id,)).fetchone() == (0, 0, True)
 
 
-def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, s3, bucket):
+def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, test_dsn, s3, bucket):
     ids = gated(conn, s3, bucket)
-    watch = Answer(SWEEP, None)  # sees the gate wait, and answers nothing
+    watch = Answer(SWEEP, None, test_dsn)  # sees the gate wait, and answers nothing
     watch.start()
     result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003},  # about 11 s
                      env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE))
@@ -228,6 +241,47 @@ def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, s3, bucket):
                         (result.run_id,)).fetchone() == ("timed_out", None)
     assert conn.execute("SELECT count(*) FROM app.blob").fetchone()[0] == len(ids)
     assert result.task_states["delete_unused_blobs"] == "skipped"
+
+
+@pytest.mark.parametrize("refusal", ["rejected", "timed_out"])
+def test_delete_tasks_run_again_by_hand_after_the_gate_refused_fail_and_delete_nothing(conn, test_dsn, s3, bucket,
+                                                                                      refusal):
+    """A person runs the delete path of a run again by hand (`airflow tasks test`, past its skipped upstream tasks)
+    after its gate refused the plan, by Reject or by timing out: plan_parts, and the delete task itself even when
+    handed a part of the plan, fail on the gate's recorded decision (GateClosed); no row is deleted, nothing owed."""
+    ids = gated(conn, s3, bucket)
+    watch = Answer(SWEEP, "Reject" if refusal == "rejected" else None, test_dsn)
+    watch.start()
+    run_env = env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE)
+    result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003} if refusal == "timed_out" else {},  # about 11 s
+                     env_extra=run_env)
+    watch.join(30)
+    assert watch.error is None and watch.detail is not None
+    assert result.returncode == 0, result.output[-3000:]
+    assert result.task_states["delete_unused_blobs"] == "skipped"
+    decided_by = "admin" if refusal == "rejected" else None
+    assert conn.execute("SELECT decision, decided_by FROM blobgc.gate_decision WHERE run_id = %s",
+                        (result.run_id,)).fetchone() == (refusal, decided_by)
+    parts = plan_parts(conn, RunRef(SWEEP, result.run_id))  # the refused plan is on record
+    assert sum(p["items"] for p in parts) >= 1
+    closed = (f"the gate has not let run {result.run_id} of {SWEEP} through "
+              f"({refusal}{' by ' + decided_by if decided_by else ''}): nothing is deleted")
+
+    listed = run_task_by_hand(SWEEP, "plan_parts", result.run_id, env_extra=run_env)
+    assert listed.state == "failed", listed.output[-3000:]
+    assert f"GateClosed: {closed}" in listed.output, listed.output[-3000:]
+    deleting = run_task_by_hand(SWEEP, "delete_unused_blobs", result.run_id, map_index=0, env_extra=run_env,
+                                mapped_input={"part": {"collection": parts[0]["collection"], "part": parts[0]["part"]}})
+    assert deleting.state == "failed", deleting.output[-3000:]
+    assert f"GateClosed: {closed}" in deleting.output, deleting.output[-3000:]
+
+    assert conn.execute("SELECT count(*) FROM app.blob").fetchone()[0] == len(ids)
+    assert len(object_keys(s3, bucket)) == 2 * len(ids)
+    assert conn.execute("SELECT count(*) FROM blobgc.deletion_log WHERE run_id = %s", (result.run_id,)
+                        ).fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0  # nothing owed
+    assert conn.execute("SELECT count(*) FROM blobgc.plan_outcome WHERE run_id = %s", (result.run_id,)
+                        ).fetchone()[0] == 0
 
 
 def test_a_first_run_with_no_history_waits_only_past_the_floor(conn, s3, bucket):

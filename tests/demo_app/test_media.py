@@ -27,6 +27,9 @@ from demo_app.media import (
 from tests.support.media import OTHER, USER, heic, jpeg, keys, png, upload, uploaded
 
 
+UPLOADED = datetime(2026, 5, 14, 9, 30, tzinfo=timezone.utc)  # a fixed past upload time: no test depends on the month
+UPLOADED_MONTH = 202605
+
 RESERVED_OR_MALFORMED = ["staging", "profiles-staging", "Staging", "PROFILES-STAGING", "", "a/b", "../x", "x" * 65,
                          "user.name", "user\n", None, 42]
 
@@ -146,16 +149,16 @@ def test_presigned_post_upload_then_finalize(s3, redis, media):
     assert response.status_code in (200, 201, 204), response.text
     assert keys(s3, media.images_bucket, "staging/") == [post["key"]]
 
-    master = finalize(s3, redis, media, USER, post["key"])
+    master = finalize(s3, redis, media, USER, post["key"], now=UPLOADED)
     assert keys(s3, media.images_bucket) == [master]  # staging is gone
-    assert master.startswith(f"{USER}/masters/{rev_month(datetime.now(timezone.utc).year * 100 + datetime.now(timezone.utc).month)}/")
+    assert master.startswith(f"{USER}/masters/{rev_month(UPLOADED_MONTH)}/")
     assert master.endswith(".jpg")
     head = s3.head_object(Bucket=media.images_bucket, Key=master)
     assert head["ContentType"] == "image/jpeg" and head["ContentLength"] == len(photo)
     assert [json.loads(j) for j in redis.lrange(QUEUE, 0, -1)] == [
         {"type": "image", "bucket": media.images_bucket, "originalKey": master}]
     assert get_image_bytes(s3, media, USER, master[len(USER) + 1:]) == photo
-    quota = monthly_quota(s3, media, USER)
+    quota = monthly_quota(s3, media, USER, UPLOADED_MONTH)
     assert (quota["masters"], quota["used_bytes"], quota["monthly_limit_bytes"]) == (1, len(photo), 2_000_000)
 
 
@@ -189,18 +192,18 @@ def test_refused_uploads_leave_no_staging_object(s3, redis, media, case):
         with pytest.raises(MediaError, match="not a JPEG, PNG, WEBP or HEIC") as refused:
             finalize(s3, redis, media, USER, key)
     elif case == "quota_at_presign":
-        s3.put_object(Bucket=media.images_bucket, Key=master_key(USER, datetime.now(timezone.utc), "jpg"),
+        s3.put_object(Bucket=media.images_bucket, Key=master_key(USER, UPLOADED, "jpg"),
                       Body=os.urandom(media.monthly_limit_bytes - 100))
         with pytest.raises(MediaError, match="monthly quota") as refused:
-            presign_upload(s3, media, USER, "one-more.jpg", 1000)
+            presign_upload(s3, media, USER, "one-more.jpg", 1000, now=UPLOADED)
     else:
         photo = jpeg()
         first, second = uploaded(s3, media, photo), uploaded(s3, media, photo)  # both signed within quota
-        s3.put_object(Bucket=media.images_bucket, Key=master_key(USER, datetime.now(timezone.utc), "jpg"),
+        s3.put_object(Bucket=media.images_bucket, Key=master_key(USER, UPLOADED, "jpg"),
                       Body=os.urandom(media.monthly_limit_bytes - 2 * len(photo) + 10))
-        finalize(s3, redis, media, USER, first)
+        finalize(s3, redis, media, USER, first, now=UPLOADED)
         with pytest.raises(MediaError, match="monthly quota") as refused:
-            finalize(s3, redis, media, USER, second)
+            finalize(s3, redis, media, USER, second, now=UPLOADED)
     if refused is not None:
         assert str(refused.value)
     assert keys(s3, media.images_bucket, "staging/") == []
@@ -240,8 +243,8 @@ def test_listing_is_newest_first_across_months(s3, redis, media):
 
 
 def test_thumbnails_are_made_and_delete_removes_every_size(s3, redis, media):
-    kept = finalize(s3, redis, media, USER, uploaded(s3, media, jpeg(1600, 900)))
-    doomed = finalize(s3, redis, media, USER, uploaded(s3, media, png()))
+    kept = finalize(s3, redis, media, USER, uploaded(s3, media, jpeg(1600, 900)), now=UPLOADED)
+    doomed = finalize(s3, redis, media, USER, uploaded(s3, media, png()), now=UPLOADED)
     result = drain_thumbnail_queue(redis, s3, media, render_thumbnails)
     assert (result.jobs, result.thumbnails, result.dead_lettered) == (2, 4, 0)
     assert redis.llen(QUEUE) == 0 and redis.llen(PROCESSING) == 0
@@ -250,7 +253,7 @@ def test_thumbnails_are_made_and_delete_removes_every_size(s3, redis, media):
     big = Image.open(io.BytesIO(get_image_bytes(s3, media, USER, next(t for t in thumbs if t.endswith("_640x640.webp")
                                                                          and kept.split("/")[-1][:16] in t))))
     assert big.format == "WEBP" and big.size == (640, 360)
-    assert monthly_quota(s3, media, USER)["thumbs"] == 4
+    assert monthly_quota(s3, media, USER, UPLOADED_MONTH)["thumbs"] == 4
 
     deleted = delete_image(s3, media, USER, doomed[len(USER) + 1:])
     assert len(deleted) == 3  # the master and both sizes

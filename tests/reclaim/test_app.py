@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -19,7 +20,8 @@ from tests.helpers import AIRFLOW_API, airflow_token
 ROOT = Path(__file__).resolve().parents[2]
 
 
-ARTIFACTS = Path(os.environ.get("BLOBGC_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+# screenshots go outside the checkout unless BLOBGC_TEST_ARTIFACTS names a folder: no test writes into the repository
+ARTIFACTS = Path(os.environ.get("BLOBGC_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "blobgc-test-artifacts")
 
 
 BASE = AIRFLOW_API

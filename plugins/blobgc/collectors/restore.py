@@ -9,7 +9,10 @@ delete removes an object's null version for good.
 **A restore verifies.** An at-least-once delete can stack several delete markers over one object,
 so removing the recorded one is not enough: for each object, every delete marker above its newest
 version is removed, and a HEAD then checks that the object is back. One still missing is reported
-as failed, and the row it belongs to is not put back.
+as failed. A row is put back only when every object it forms (its keys, formed in SQL from its
+logged image) is in the store, a key it shares with other rows included: the run may have kept a
+shared object for another row, which a later run then deleted. Such a row is reported failed,
+naming the run that deleted the object (restore that run first), and is not put back.
 
 Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): the
 collections' rows (CONTRACT §6), whose sweep logs each deleted row. app_blob's return *used*
@@ -36,8 +39,8 @@ from botocore.exceptions import ClientError
 from psycopg import sql
 
 from blobgc.core import queries
-from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection
-from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, versioning_status
+from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, bound_app_blob
+from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, object_stats, versioning_status
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import ConfigurationError
@@ -59,6 +62,7 @@ NOT_RESTORABLE_ROWS = {
     "media.thumbnails": "no rows: seed 004's store has no database; the thumbnails are restored",
 }
 RECONCILE_DAG = "blobgc_reconcile"
+MISSING_AFTER_RESTORE = "its object is still missing after the restore, so the row was not put back"
 
 
 class RestoreRefused(ConfigurationError):
@@ -266,19 +270,24 @@ def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | N
         return list(pool.map(verify, found))
 
 
-def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> RestoreResult:
-    """Put back the app.blob rows the run's log holds, and record why every seed source's rows cannot come back
-    (a collection's rows: `restore_collection_rows`)."""
+def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -> RestoreResult:
+    """Put back the app.blob rows the run's log holds whose objects are all in the store, and record why every seed
+    source's rows cannot come back (a collection's rows: `restore_collection_rows`)."""
     result = RestoreResult()
     params = plan.params(run)
     if plan.sources is not None and "app.blob" not in plan.sources:
         log.info("app.blob is not among the collections restored")
-    elif run.dry_run:
-        result.restored = conn.execute(queries.load("restore/count_logged_blob_rows"), params).fetchone()[0]
     else:
-        with conn.transaction():
-            for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), params).fetchall():
-                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+        rows = logged_rows(conn, run, plan, bound_app_blob(""))
+        refused = rows_missing_objects(conn, s3, run, plan, rows)
+        if run.dry_run:
+            result.restored, result.failed = len(rows) - len(refused), len(refused)
+        elif rows:
+            items = list(dict.fromkeys(row.item for row in rows))
+            with conn.transaction():
+                for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), {
+                        **params, "items": items, "reasons": [refused.get(item) for item in items]}).fetchall():
+                    result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
     for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
         if source.startswith(COLLECTION_SOURCE) and plan.source_dag_id != RECONCILE_DAG:
             continue  # a collection's log rows without images: restore_collection_rows reports them
@@ -289,51 +298,116 @@ def restore_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan) -> Re
         result.note("not_restored", f"{reason} ({objects} objects in {log_rows} log rows)")
         if not run.dry_run:
             record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
-    log.info("%s %d rows; not restorable: %s", "would restore" if run.dry_run else "restored", result.restored,
-             result.reasons or "none")
+    log.info("%s %d rows; %d failed; not restorable: %s", "would restore" if run.dry_run else "restored",
+             result.restored, result.failed, result.reasons or "none")
     return result
 
 
-def restore_collection_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bound: BoundCollection
+def restore_collection_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, bound: BoundCollection
                             ) -> RestoreResult:
     """Put back one collection's rows from the images the run's log holds, as they were.
 
-    A row is put back only when every object of it that the run deleted is back (`restore_objects`
-    ran first and recorded each); a row whose id exists again is left alone. Both are recorded.
+    A row is put back only when every object it forms is in the store (`rows_missing_objects`: the keys it
+    shares with other rows too, which another run may have deleted since); a row whose id exists again is
+    left alone. Both are recorded.
     """
     result = RestoreResult()
     c = bound.collection
-    images, not_back = conn.execute(queries.load("restore/select_logged_collection_rows"),
-                                    {**plan.params(run), "source": c.source}).fetchone()
-    done = {r[0] for r in conn.execute("SELECT item FROM blobgc.restore_item WHERE restore_run_id = %s AND kind = 'row'",
-                                       (run.run_id,))}
-    missing = set(not_back)
-    ready, failed = [], []
-    for image in images:
-        item = f"{c.table} {image[c.id]}"
-        if item in done:
-            continue
-        keys = bound.keys_of(image)
-        (failed if missing.intersection(keys) else ready).append((item, image))
+    rows = logged_rows(conn, run, plan, bound)
+    refused = rows_missing_objects(conn, s3, run, plan, rows)
+    ready = [row for row in rows if row.item not in refused]
     if run.dry_run:
-        result.restored = len(ready)
-        result.failed = len(failed)
+        result.restored, result.failed = len(ready), len(refused)
         return result
     insert = sql.SQL(queries.load("restore/insert_collection_rows")).format(table=c.table_identifier,
                                                                            id=sql.Identifier(c.id))
     with conn.transaction():
-        put_back = {r[0] for r in conn.execute(insert, {"images": json.dumps([i for _, i in ready])})}
-    outcomes = [(item, None, "restored" if str(image[c.id]) in put_back else "not_restored",
-                 None if str(image[c.id]) in put_back else "a row with this id exists again; it was left as it is")
-                for item, image in ready]
-    outcomes += [(item, None, "failed", "its object is still missing after the restore, so the row was not put back")
-                 for item, _ in failed]
+        put_back = {r[0] for r in conn.execute(insert, {"images": json.dumps([row.image for row in ready])})}
+    outcomes = [(row.item, None, "restored" if row.id in put_back else "not_restored",
+                 None if row.id in put_back else "a row with this id exists again; it was left as it is")
+                for row in ready]
+    outcomes += [(item, None, "failed", reason) for item, reason in refused.items()]
     record_items(conn, run, plan, "row", "", outcomes)
     for _, _, outcome, detail in outcomes:
         result.note(outcome, detail if outcome != "restored" else None)
     log.info("collection %s: restored %d rows of %s; %d not restored, %d failed", bound.name, result.restored,
              c.table, result.not_restored, result.failed)
     return result
+
+
+@dataclass(frozen=True)
+class LoggedRow:
+    """A row image of the run's log to put back: where its objects are, and the keys it forms (formed in SQL)."""
+
+    bucket: str
+    item: str  # "<table> <id>", as blobgc.restore_item records it
+    id: str  # the id's text form, as PostgreSQL gives it
+    image: dict
+    keys: list[str]
+
+
+def logged_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bound: BoundCollection) -> list[LoggedRow]:
+    """The row images of `bound`'s source in the run's log that this restore has not dealt with yet, each with the
+    keys it forms: the templates' SQL expressions over the image read back as a row of the table, never the image's
+    JSON text (a number's or a timestamp's JSON text may differ from PostgreSQL's)."""
+    c = bound.collection
+    statement = bound.statement("restore/select_logged_rows", keys=bound.key_array("r"))
+    return [LoggedRow(bucket, item, row_id, image, list(keys)) for bucket, item, row_id, image, keys in conn.execute(
+        statement, {**plan.params(run), "source": c.source, "table": c.table})]
+
+
+def rows_missing_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, rows: list[LoggedRow]
+                         ) -> dict[str, str]:
+    """Of `rows`, those forming a key whose object is not in the store now, each with why: {item: reason}.
+
+    Every key each row forms is checked (HEAD, or a listing where the keys are dense), a key it shares with
+    other rows too: the run being undone may have kept a shared object for another row, which a later run
+    deleted with its last row. A row without its object is worse than no row, so such a row is not put back,
+    and the reason names the run to undo first. A key the run found absent when it deleted the row does not
+    count (the row had no such object before). A dry run takes the run's own deletions as coming back.
+    """
+    keys_by_bucket: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        keys_by_bucket[row.bucket].update(row.keys)
+    why: dict[tuple[str, str], str] = {}
+    for bucket, keys in keys_by_bucket.items():
+        missing = sorted(keys - object_stats(s3, bucket, keys).keys())
+        if missing:
+            why.update({(bucket, key): reason for key, reason in why_missing(conn, run, plan, bucket, missing).items()})
+    refused: dict[str, str] = {}
+    for row in rows:
+        reasons = [why[(row.bucket, key)] for key in row.keys if (row.bucket, key) in why]
+        if reasons:
+            refused[row.item] = "; ".join(dict.fromkeys(reasons))
+    if refused:
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for item, reason in refused.items():
+            by_reason[reason].append(item)
+        for reason, items in by_reason.items():
+            log.warning("%s %d rows (%s): %s", "would not put back" if run.dry_run else "did not put back",
+                        len(items), ", ".join(items[:5]) + (", ..." if len(items) > 5 else ""), reason)
+    return refused
+
+
+def why_missing(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bucket: str, keys: list[str]
+                ) -> dict[str, str]:
+    """Why each of `keys` (missing from the store) keeps its row out, from the deletion log; a key the run being
+    undone found absent (or, in a dry run, deleted itself) is left out."""
+    why: dict[str, str] = {}
+    for key, absent, dag_id, run_id in conn.execute(queries.load("restore/select_key_deletions"), {
+            "bucket": bucket, "keys": keys, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}):
+        if absent:
+            continue
+        if (dag_id, run_id) == (plan.source_dag_id, plan.source_run_id):
+            if not run.dry_run:
+                why[key] = MISSING_AFTER_RESTORE
+        elif dag_id is not None:
+            why[key] = (f"its object {key} was deleted by {dag_id} run {run_id!r}, whose undo is not part of this "
+                        "restore, so the row was not put back: restore that run first, then this one again")
+        else:
+            why[key] = (f"its object {key} is missing from the store and no blobgc run deleted it, so the row was not "
+                        "put back")
+    return why
 
 
 def record_items(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, kind: str, bucket: str,
@@ -347,14 +421,16 @@ def record_items(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, kind:
 
 
 def summarize_restore(conn: psycopg.Connection, run: RunRef) -> dict:
-    """Per kind and outcome, how many items this restore dealt with, and each distinct reason (a dry run: none)."""
+    """Per kind and outcome, how many items this restore dealt with, and each distinct reason for what it did not bring
+    back (not restorable, or failed: a row whose object is missing names the run that deleted it); a dry run: none."""
     if run.dry_run:
         return {}
     summary: dict[str, dict[str, int]] = defaultdict(dict)
-    reasons: dict[str, int] = {}
+    reasons: dict[str, dict[str, int]] = {"not_restored": {}, "failed": {}}
     for kind, outcome, detail, n in conn.execute(queries.load("restore/summarize_restore"),
                                                  {"restore_run_id": run.run_id}):
         summary[kind][outcome] = summary[kind].get(outcome, 0) + n
-        if outcome == "not_restored" and detail:
-            reasons[detail] = reasons.get(detail, 0) + n
-    return {"items": dict(summary), "not_restored_because": reasons}
+        if outcome in reasons and detail:
+            reasons[outcome][detail] = reasons[outcome].get(detail, 0) + n
+    return {"items": dict(summary), "not_restored_because": reasons["not_restored"],
+            "failed_because": reasons["failed"]}

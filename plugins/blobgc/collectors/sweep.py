@@ -21,7 +21,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from blobgc.core.collections import APP_BLOB, BoundCollection, bound_app_blob
+from blobgc.core.collections import APP_BLOB, BoundCollection
 from blobgc.core.key_space import KeyRange
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
@@ -40,7 +40,7 @@ from blobgc.core.references import (
     unreferenced_condition,
 )
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts, restart_dry_run_part
+from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
@@ -76,13 +76,10 @@ class SweepStatements:
 def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> SweepStatements:
     c = bound.collection
     b = sql.Identifier("b")
-    key_values = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
-        sql.SQL("{name}, {b}.{col}::text").format(name=sql.Literal(col), b=b, col=sql.Identifier(col))
-        for col in dict.fromkeys(p for t in c.templates for p in t.placeholders)))
     size = sql.SQL("{b}.{col}").format(b=b, col=sql.Identifier(c.size)) if c.size else sql.SQL("NULL::bigint")
     created_before = (sql.SQL("t.{c} < %(cutoff)s").format(c=sql.Identifier(c.created_at)) if c.created_at
                       else sql.SQL("true"))
-    parts = {"unreferenced": unreferenced_condition(refs, "b"), "key_values": key_values, "size": size,
+    parts = {"unreferenced": unreferenced_condition(refs, "b"), "keys": bound.key_array("b"), "size": size,
              "created_before": created_before,
              "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED")}
 
@@ -120,71 +117,6 @@ def range_part(key_range: KeyRange, collection: str = APP_BLOB.name) -> str:
     return ids if collection == APP_BLOB.name else f"{collection} {ids}"
 
 
-def sweep_unused_blobs(conn: psycopg.Connection, run: RunRef, refs: ReferenceSet, *, cutoff: datetime, bucket: str,
-                       batch_size: int = 1000, key_range: KeyRange = (None, None)) -> SweepResult:
-    """`sweep_collection` over the demo's app_blob, as CONTRACT §6's example file declares it."""
-    return sweep_collection(conn, run, bound_app_blob(bucket), refs, cutoff=cutoff, batch_size=batch_size,
-                            key_range=key_range)
-
-
-def sweep_collection(
-    conn: psycopg.Connection,
-    run: RunRef,
-    bound: BoundCollection,
-    refs: ReferenceSet,
-    *,
-    cutoff: datetime,
-    batch_size: int = 1000,
-    key_range: KeyRange = (None, None),
-) -> SweepResult:
-    """Delete the collection's rows unused since before `cutoff`, in batches of `batch_size`, owing their objects.
-
-    `key_range` [lo, hi) limits the sweep to part of the id space (`blobgc.core.key_space.split_key_space`),
-    so several workers (mapped tasks) sweep disjoint parts in parallel; a dry run's report is then
-    disjoint too.
-    """
-    lo, hi = key_range
-    part = range_part(key_range, bound.name)
-    restart_dry_run_part(conn, run, part)  # a retried dry run reports its range once
-    if not bound.collection.column_mode and not bound.mark_table_exists(conn):
-        log.info("collection %s has not been marked yet: nothing to sweep", bound.name)
-        return SweepResult()
-    found = statements(bound, refs, dry_run=run.dry_run)
-    result = SweepResult()
-    after: str | None = None
-    while True:
-        try:
-            batch_result = sweep_batch(conn, run, bound, refs, found, part=part,
-                                       params={"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
-                                               "batch_size": batch_size, "plan_ids": None})
-        except ReferencesChanged:
-            # a foreign key was added since the references were found: the batch rolled back; find them again
-            log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
-            refs = discover_references(conn, refs.table, refs.extra_sql, refs.id_column)
-            found = statements(bound, refs, dry_run=run.dry_run)
-            continue
-        if batch_result is None:
-            break
-        batch, deleted, kept, keys, batch_bytes = batch_result
-        after = batch[-1][0]
-        result.batches += 1
-        result.rows_deleted += len(deleted)
-        result.objects_owed += len(keys)
-        result.bytes_owed += batch_bytes
-        result.kept_referenced += len(kept)
-        if len(result.sample_keys) < SAMPLE_KEYS:
-            result.sample_keys += keys[: SAMPLE_KEYS - len(result.sample_keys)]
-        log.info("%s: %s %d rows (%s), %d kept as referenced, batch %d", bound.name,
-                 "would delete" if run.dry_run else "deleted", len(deleted), human_bytes(batch_bytes),
-                 len(kept), result.batches)
-        if len(batch) < batch_size:
-            break
-    log.info("%s: %s %d rows, %d objects (%s) owed; %d referenced rows kept; sample keys: %s", bound.name,
-             "dry run: would delete" if run.dry_run else "deleted", result.rows_deleted, result.objects_owed,
-             human_bytes(result.bytes_owed), result.kept_referenced, result.sample_keys[:5])
-    return result
-
-
 def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet,
                 found: SweepStatements, *, part: str, params: dict, item: PlanItem | None = None
                 ) -> tuple[list, list, list[str], list[str], int] | None:
@@ -215,7 +147,7 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
         kept = [i for i in ids if i not in gone]  # referenced: marked used again
         if kept and not run.dry_run:
             conn.execute(found.forget_kept, {"ids": kept})
-        keys, sizes_out = owned_objects(bound, deleted)
+        keys, sizes_out = owned_objects(deleted)
         record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes_out,
                          rows=[image for *_, image in deleted if image is not None], part=part)
         batch_bytes = sum(size or 0 for _, size, *_rest in deleted)
@@ -230,15 +162,17 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
     return batch, deleted, kept, keys, batch_bytes
 
 
-def owned_objects(bound: BoundCollection, rows: list[tuple]) -> tuple[list[str], list[int | None]]:
-    """The objects of `rows` (id, size, key values, ...): every key template's key, the size column's size on the
-    first key's object (the others' sizes unknown)."""
+def owned_objects(rows: list[tuple]) -> tuple[list[str], list[int | None]]:
+    """The objects of `rows` (id, size, the keys it forms, ...): the key of each template, formed in SQL
+    (`KeyTemplate.expression`; a NULL column forms none), and the size column's size on the first template's
+    object (the others' sizes unknown)."""
     keys: list[str] = []
     sizes: list[int | None] = []
-    for _id, size, key_values, *_rest in rows:
-        owned = bound.keys_of(key_values)
-        keys += owned
-        sizes += [size] + [None] * (len(owned) - 1)
+    for _id, size, formed, *_rest in rows:
+        for i, key in enumerate(formed):
+            if key is not None:
+                keys.append(key)
+                sizes.append(size if i == 0 else None)
     return keys, sizes
 
 
@@ -247,8 +181,8 @@ def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found
     """The claimed `ids` whose objects are still the plan item's; a row whose key columns changed since the plan
     was made (its keys would not be the plan's) is left out: skipped, never deleted."""
     planned = set(item.keys)
-    changed = {str(row_id) for row_id, _size, key_values in conn.execute(found.preview, {"ids": ids}).fetchall()
-               if not set(bound.keys_of(key_values)) <= planned}
+    changed = {str(row_id) for row_id, _size, formed in conn.execute(found.preview, {"ids": ids}).fetchall()
+               if not {key for key in formed if key is not None} <= planned}
     if changed:
         log.warning("%s: %d planned rows have other objects now than when the plan was made: skipped (%s)",
                     bound.name, len(changed), sorted(changed)[:5])
@@ -280,7 +214,7 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
                 break
             after = batch[-1][0]
             rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
-            keys, sizes = owned_objects(bound, rows)
+            keys, sizes = owned_objects(rows)
             add_plan_item(conn, run, part=part, collection=bound.name, source=bound.collection.source,
                           bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows],
                           modified_before=cutoff)

@@ -18,12 +18,22 @@ The file is `$BLOBGC_COLLECTIONS`, or `include/collections.yaml` when that is un
 Checking happens in two steps, and both name the collection and the field of anything wrong:
 
 1. `load_collections` reads the file and checks its shape (pydantic): names, identifiers, templates
-   (every placeholder a plain name, literal text before the first one and between any two), no two
-   collections under overlapping prefixes of one bucket, no name twice.
+   (every placeholder a plain name, literal text before the first one and between any two: `{a}{b}`
+   cannot be told apart), no two collections under overlapping prefixes of one bucket, no name twice.
+   `blobgc.core.keys.load_checked_collections` also refuses a prefix that overlaps one of blobgc's own
+   seed layouts (`pastes/`, `mail/`, ...) in the default bucket, where that layout's table exists.
 2. `bind` checks a collection against the live catalog: the table and every named column exist, the
    id is the primary key or a unique NOT NULL column, the size is a number, every reference query
-   runs and returns one column of ids. It returns a `BoundCollection`, which knows each column's
-   type and so how to parse a key back into column values that cast without error.
+   runs and returns one column of ids. It returns a `BoundCollection`, which knows each column's type.
+
+**A key is accounted for exactly when a row forms it.** A row forms a template's key in SQL
+(`KeyTemplate.expression`: the literals and each column's `::text`; a NULL column forms no key), and
+every decision compares keys with that: the sweep's owed keys, the drain's guard, listing reconcile
+(`accounted_keys`) and the inventory anti-join (`rendered_keys`). A key's *readings* (every split of
+it into the template's literals and values, a value holding any character, `/` included) only narrow
+the look-up to rows whose first comparable column holds a value some reading gives it; they never
+decide. A key with no reading whose values fit their columns' text forms (`text_form_of`: a bigint is
+digits, a uuid is lower-case hex) is of no template's shape: reconcile reports it and never deletes it.
 
 `app_blob` (the demo's `app.blob`) keeps its mark state in its own columns (CONTRACT §3); every
 other collection keeps it in blobgc's own table `blobgc.mark_<name>`, and no column is ever added
@@ -63,11 +73,15 @@ IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 Identifier = Annotated[str, StringConstraints(pattern=rf"^{IDENTIFIER}$")]
 # A collection's name also names its mark table (blobgc.mark_<name>), so it stays well under 63 characters.
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,47}$")]
-# Type categories whose text form is a plain signed number: a placeholder of such a column parses as digits only.
-NUMERIC_TYPES = {"smallint": r"-?[0-9]{1,5}", "integer": r"-?[0-9]{1,10}", "bigint": r"-?[0-9]{1,19}",
-                 "numeric": r"-?[0-9]{1,30}"}
-UUID_TEXT = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-ANY_SEGMENT = r"[^/]+"
+# The text forms PostgreSQL gives a value of these types (`value::text`), exactly: a placeholder of such a column can
+# only read a value of this form back, so a candidate value outside it cannot be any row's (and casts without error).
+INTEGER_RANGES = {"smallint": 2 ** 15, "integer": 2 ** 31, "bigint": 2 ** 63}
+CANONICAL_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+NUMERIC_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?|NaN|-?Infinity")
+# Character types: a candidate value is compared with the column itself (its index serves the look-up).
+CHARACTER_TYPES = re.compile(r"text|character varying(?:\(\d+\))?|character(?:\(\d+\))?|citext|name")
+MAX_READINGS = 64  # readings of one key by one template beyond which its look-up does not narrow by value
 EXPECTED = {  # what a field that fails its pattern must look like
     "name": "is not a collection name: lower case letters, digits and _, starting with a letter, at most 48",
     "table": "is not a schema-qualified table name such as app.blob",
@@ -118,9 +132,11 @@ class KeyTemplate:
                 if spec or conversion:
                     raise ValueError(f"{text!r}: placeholder {{{name}}} may not have a format or conversion")
                 if i > 0 and not literal:
-                    raise ValueError(f"{text!r}: placeholders must be separated by literal text, or a key "
-                                     "cannot be read back")
+                    raise ValueError(f"{text!r}: placeholders must be separated by literal text: "
+                                     f"{{{parsed[i - 1][1]}}}{{{name}}} cannot be told apart in a key")
             parts.append((literal, name))
+        if parts and parts[-1][1] is not None:
+            parts.append(("", None))  # the literal that closes the key (empty after a last placeholder)
         names = [n for _, n in parts if n is not None]
         if not names:
             raise ValueError(f"{text!r} has no {{placeholder}}: every row would own the same key")
@@ -134,18 +150,66 @@ class KeyTemplate:
     def placeholders(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(n for _, n in self.parts if n is not None))
 
-    def format(self, values: Mapping[str, Any]) -> str:
+    def format(self, values: Mapping[str, Any]) -> str | None:
+        """The key `values` (each column's text form) form, or None when a placeholder's value is NULL: no key."""
+        if any(values.get(name) is None for name in self.placeholders):
+            return None
         return "".join(literal + ("" if name is None else str(values[name])) for literal, name in self.parts)
 
-    def pattern(self, column_patterns: Mapping[str, str]) -> re.Pattern[str]:
-        """The whole-key regex: each placeholder as its column's text form (a repeated one must repeat)."""
-        out, seen = [], set()
+    def readings(self, key: str, fits: Mapping[str, Any] | None = None, limit: int = MAX_READINGS + 1
+                 ) -> list[dict[str, str]]:
+        """Every way `key` splits into this template's literals and placeholder values (a value may hold any
+        character, `/` included), each value fitting its column's text form (`fits`: column -> predicate); at most
+        `limit`. `{checksum}.{kind}` reads `x.tar.gz` two ways: ("x.tar", "gz") and ("x", "tar.gz"). A reading only
+        narrows the search for a row: whether a row forms the key is decided by comparing the key itself."""
+        fits = fits or {}
+        parts = self.parts
+        found: list[dict[str, str]] = []
+
+        def walk(i: int, pos: int, values: dict[str, str]) -> None:
+            literal, name = parts[i]
+            if not key.startswith(literal, pos) or len(found) >= limit:
+                return
+            pos += len(literal)
+            if name is None:
+                if pos == len(key):
+                    found.append(dict(values))
+                return
+            following = parts[i + 1][0]
+            if parts[i + 1][1] is None:  # the template's last literal closes the key
+                end = len(key) - len(following)
+                ends = [end] if end >= pos and key.endswith(following) else []
+            else:  # every place the next literal occurs
+                ends, at = [], key.find(following, pos)
+                while at != -1:
+                    ends.append(at)
+                    at = key.find(following, at + 1)
+            for end in ends:
+                value = key[pos:end]
+                if name in values:
+                    if values[name] != value:
+                        continue
+                    walk(i + 1, end, values)
+                    continue
+                fit = fits.get(name)
+                if fit is not None and not fit(value):
+                    continue
+                walk(i + 1, end, {**values, name: value})
+
+        walk(0, 0, {})
+        return found
+
+    def expression(self, alias: str | None = None) -> sql.Composed:
+        """The key a row forms, in SQL: the literals and each placeholder column's text form, NULL where a column
+        is NULL (a row forms no key then). Every decision that a row forms a key is made with this expression."""
+        pieces: list[sql.Composable] = []
         for literal, name in self.parts:
-            out.append(re.escape(literal))
+            if literal:
+                pieces.append(sql.Literal(literal))
             if name is not None:
-                out.append(f"(?P={name})" if name in seen else f"(?P<{name}>{column_patterns.get(name, ANY_SEGMENT)})")
-                seen.add(name)
-        return re.compile("".join(out))
+                column = sql.Identifier(alias, name) if alias else sql.Identifier(name)
+                pieces.append(sql.SQL("{}::text").format(column))
+        return sql.SQL("({})").format(sql.SQL(" || ").join(pieces))
 
 
 # ---------------------------------------------------------------------------------------------- the file
@@ -274,20 +338,34 @@ def parse_collections(text: str, *, source: str = "collections file", default_bu
     return found
 
 
-def check_prefixes(collections: Mapping[str, Collection], *, source: str, default_bucket: str) -> None:
-    """No two collections under one prefix of one bucket: reconcile would judge one's keys by the other's rows."""
+def check_prefixes(collections: Mapping[str, Collection], *, source: str, default_bucket: str,
+                   reserved: Iterable[tuple[str, str, str]] = ()) -> None:
+    """No two collections under overlapping prefixes of one bucket, nor a collection under a prefix blobgc's own
+    seed layouts hold there (`reserved`: (bucket, prefix, the layout's table)): reconcile would judge one's keys by
+    the other's rows, and each would delete the other's live objects."""
     claimed: list[tuple[str, str, str]] = []  # (bucket, prefix, collection)
+    seeds = list(reserved)
     for c in collections.values():
         bucket = c.bucket_or(default_bucket)
         for prefix in c.prefixes:
+            for seed_bucket, seed_prefix, table in seeds:
+                if c.source != table and seed_bucket == bucket and overlap(prefix, seed_prefix):
+                    raise CollectionsError(
+                        f"{source}: collection {c.name!r}, field 'keys': prefix {prefix!r} overlaps the prefix "
+                        f"{seed_prefix!r} of blobgc's own objects of table {table} in bucket {bucket!r}; give the "
+                        "collection its own prefix (or bucket)")
             for other_bucket, other_prefix, other in claimed:
-                if other != c.name and other_bucket == bucket and (
-                        prefix.startswith(other_prefix) or other_prefix.startswith(prefix)):
+                if other != c.name and other_bucket == bucket and overlap(prefix, other_prefix):
                     raise CollectionsError(
                         f"{source}: collection {c.name!r}, field 'keys': prefix {prefix!r} overlaps collection "
                         f"{other!r}'s prefix {other_prefix!r} in bucket {bucket!r}; give each collection its own "
                         "prefix (or bucket)")
             claimed.append((bucket, prefix, c.name))
+
+
+def overlap(prefix: str, other: str) -> bool:
+    """Whether some key could lie under both prefixes."""
+    return prefix.startswith(other) or other.startswith(prefix)
 
 
 def load_collections(path: Path | None = None, *, default_bucket: str = "blobgc") -> dict[str, Collection]:
@@ -336,20 +414,47 @@ class BoundCollection:
         return IdColumn(self.collection.table, self.collection.id, self.id_type)
 
     @cached_property
-    def patterns(self) -> tuple[tuple[Any, re.Pattern[str]], ...]:
-        """(template, whole-key regex) for each template; a placeholder matches only its column's text form."""
-        column_patterns = {c: pattern_for_type(t) for c, t in self.column_types.items()}
-        return tuple((t, t.pattern(column_patterns)) for t in self.collection.templates)
+    def fits(self) -> dict[str, Any]:
+        """Column -> a predicate of a value's text form, for the columns whose text form is constrained."""
+        return {column: fit for column, type_name in self.column_types.items()
+                if (fit := text_form_of(type_name)) is not None}
+
+    @cached_property
+    def lookup_queries(self) -> dict[str, tuple[str, str]]:
+        """The statements `accounted_keys` asks the table with, per template (composed once per binding)."""
+        return lookup_queries(self)
+
+    @cached_property
+    def narrowing_columns(self) -> dict[str, str | None]:
+        """Template text -> the column its keys are looked up by (`narrowing_column`)."""
+        return {t.text: narrowing_column(self, t) for t in self.collection.templates}
+
+    def readings(self, key: str) -> list[tuple[KeyTemplate, list[dict[str, str]]]]:
+        """(template, its readings of `key`) for every template whose shape `key` has (see `KeyTemplate.readings`)."""
+        return [(t, found) for t in self.collection.templates
+                if key.startswith(t.prefix) and (found := t.readings(key, self.fits))]
 
     def parse_key(self, key: str) -> tuple[KeyTemplate, dict[str, str]] | None:
-        """The template a key fits and its placeholders' values (column text), or None for a key of no template."""
-        for template, pattern in self.patterns:
-            if key.startswith(template.prefix) and (match := pattern.fullmatch(key)):
-                return template, match.groupdict()
-        return None
+        """A template whose shape `key` has and one reading of it, or None for a key of no template's shape."""
+        shaped = self.readings(key)
+        return (shaped[0][0], shaped[0][1][0]) if shaped else None
 
     def keys_of(self, values: Mapping[str, Any]) -> list[str]:
-        return [t.format(values) for t in self.collection.templates]
+        """The keys `values` (each column's text form, as PostgreSQL gives it) form; a NULL column forms none."""
+        return [key for t in self.collection.templates if (key := t.format(values)) is not None]
+
+    def key_array(self, alias: str | None = None) -> sql.Composed:
+        """`ARRAY[...]::text[]` of the keys a row forms, one per template in order (NULL where a column is NULL)."""
+        return sql.SQL("ARRAY[{}]::text[]").format(
+            sql.SQL(", ").join(t.expression(alias) for t in self.collection.templates))
+
+    def formed_keys(self, conn: psycopg.Connection, ids: Iterable[Any]) -> dict[str, list[str]]:
+        """The keys the rows of `ids` (as text) form now, by id; a row that is gone is not in the result."""
+        query = sql.SQL("SELECT b.{id}::text, array_remove({keys}, NULL) FROM {table} AS b "
+                        "WHERE b.{id} = ANY(%(ids)s::text[]::{type}[])").format(
+            id=sql.Identifier(self.collection.id), keys=self.key_array("b"),
+            table=self.collection.table_identifier, type=sql.SQL(self.id_type))
+        return {row_id: list(keys) for row_id, keys in conn.execute(query, {"ids": [str(i) for i in ids]})}
 
     def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
         """blobgc/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
@@ -358,20 +463,11 @@ class BoundCollection:
                                                   type=sql.SQL(self.id_type), marks=c.mark_table, **parts)
 
     def rendered_keys(self) -> sql.Composed:
-        """A SELECT of (key, false) for every key each row's templates form, for reconcile's inventory anti-join.
-
-        A column's text form in PostgreSQL is what its placeholder parses as; a key formed otherwise by the
-        application is only missed by this pre-filter, and the per-key check (`accounted_keys`) still finds
-        its row.
-        """
-        selects = []
-        for template in self.collection.templates:
-            key = sql.SQL(" || ").join(
-                part for literal, name in template.parts
-                for part in ([sql.Literal(literal)] if literal else [])
-                + ([sql.SQL("{}::text").format(sql.Identifier(name))] if name else []))
-            selects.append(sql.SQL("SELECT {key}, false FROM {table} WHERE {key} IS NOT NULL").format(
-                key=key, table=self.collection.table_identifier))
+        """A SELECT of (key, false) for every key each row's templates form, for reconcile's inventory anti-join:
+        the same expressions (`KeyTemplate.expression`) as every other decision that a row forms a key."""
+        selects = [sql.SQL("SELECT {key}, false FROM {table} WHERE {key} IS NOT NULL").format(
+            key=template.expression(), table=self.collection.table_identifier)
+            for template in self.collection.templates]
         return sql.SQL(" UNION ALL ").join(selects)
 
     def mark_table_exists(self, conn: psycopg.Connection) -> bool:
@@ -400,53 +496,89 @@ def collection_of_source(source: str) -> str | None:
     return source[len(COLLECTION_SOURCE):] if source.startswith(COLLECTION_SOURCE) else None
 
 
-def rows_exist(conn: psycopg.Connection, bound: BoundCollection, columns: tuple[str, ...],
-               values: list[Mapping[str, str]]) -> list[bool]:
-    """For each set of column values (text, as parsed from a key), whether a row of the collection has them now.
-
-    One query for the whole list: the values are cast to the columns' types (which the key patterns
-    guarantee they fit), so the table's indexes on those columns are used.
-    """
-    if not values:
-        return []
-    aliases = [sql.Identifier(f"v{i}") for i in range(len(columns))]
-    query = sql.SQL("SELECT x.ord FROM unnest({arrays}) WITH ORDINALITY AS x({aliases}, ord) WHERE EXISTS "
-                    "(SELECT 1 FROM {table} AS t WHERE {match})").format(
-        arrays=sql.SQL(", ").join(sql.Placeholder(f"c{i}") + sql.SQL("::text[]") for i in range(len(columns))),
-        aliases=sql.SQL(", ").join(aliases),
-        table=bound.collection.table_identifier,
-        match=sql.SQL(" AND ").join(
-            sql.SQL("t.{c} = x.{a}::{t}").format(c=sql.Identifier(c), a=a, t=sql.SQL(bound.column_types[c]))
-            for c, a in zip(columns, aliases, strict=True)))
-    params = {f"c{i}": [v[c] for v in values] for i, c in enumerate(columns)}
-    found = {r[0] for r in conn.execute(query, params)}
-    return [i + 1 in found for i in range(len(values))]
-
-
 def accounted_keys(conn: psycopg.Connection, bound: BoundCollection, keys: Iterable[str]) -> tuple[set[str], set[str]]:
-    """(keys a row of the collection accounts for now, keys that fit none of its templates)."""
-    by_columns: dict[tuple[str, ...], list[tuple[str, dict[str, str]]]] = {}
-    unparsed: set[str] = set()
-    for key in keys:
-        parsed = bound.parse_key(key)
-        if parsed is None:
-            unparsed.add(key)
-        else:
-            template, values = parsed
-            by_columns.setdefault(template.placeholders, []).append((key, values))
+    """(keys some row of the collection forms now, keys of no template's shape).
+
+    A key is accounted for exactly when a row forms that very key (`KeyTemplate.expression`, compared in SQL);
+    the key's readings only narrow the look-up to the rows whose first indexable placeholder column holds one of
+    the values a reading gives it. A key with too many readings is looked up by its whole key alone.
+    """
+    unshaped: set[str] = set()
+    lookups: dict[KeyTemplate, tuple[list[str], list[str | None]]] = {}
+    for key in dict.fromkeys(keys):
+        shaped = bound.readings(key)
+        if not shaped:
+            unshaped.add(key)
+        for template, found in shaped:
+            lead = bound.narrowing_columns[template.text]
+            pairs = lookups.setdefault(template, ([], []))
+            candidates = sorted({r[lead] for r in found}) if lead and len(found) <= MAX_READINGS else [None]
+            for value in candidates:
+                pairs[0].append(key)
+                pairs[1].append(value)
     accounted: set[str] = set()
-    for columns, items in by_columns.items():
-        exists = rows_exist(conn, bound, columns, [v for _, v in items])
-        accounted |= {key for (key, _), there in zip(items, exists, strict=True) if there}
-    return accounted, unparsed
+    for template, (looked_up, values) in lookups.items():
+        accounted |= keys_formed(conn, bound, template, looked_up, values)
+    return accounted, unshaped
 
 
-def pattern_for_type(type_name: str) -> str:
-    if type_name in NUMERIC_TYPES:
-        return NUMERIC_TYPES[type_name]
+def keys_formed(conn: psycopg.Connection, bound: BoundCollection, template: KeyTemplate, keys: list[str],
+                values: list[str | None]) -> set[str]:
+    """Which of `keys` a row forms with `template`; `values[i]` (or None: any row) narrows key i's look-up to the
+    rows whose narrowing column holds it."""
+    narrowed, whole = bound.lookup_queries[template.text]
+    lead = bound.narrowing_columns[template.text]
+    accounted: set[str] = set()
+    exact = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None or lead is None]
+    scan = [k for k, v in zip(keys, values, strict=True) if v is None and lead is not None]
+    if exact:
+        accounted |= {r[0] for r in conn.execute(narrowed, {"keys": [k for k, _ in exact],
+                                                            "values": [v for _, v in exact]})}
+    if scan:  # too many readings to narrow: one scan of the rows' keys for all of them
+        accounted |= {r[0] for r in conn.execute(whole, {"keys": scan})}
+    return accounted
+
+
+def lookup_queries(bound: BoundCollection) -> dict[str, tuple[str, str]]:
+    """Template text -> (the look-up of (key, narrowing value) pairs, the look-up of whole keys), composed once."""
+    table = bound.collection.table_identifier
+    out = {}
+    for template in bound.collection.templates:
+        lead = narrowing_column(bound, template)
+        formed = template.expression("t")
+        narrow = sql.SQL("true") if lead is None else sql.SQL("t.{c} = x.v::{type}").format(
+            c=sql.Identifier(lead), type=sql.SQL(bound.column_types[lead]))
+        narrowed = sql.SQL("SELECT DISTINCT x.k FROM unnest(%(keys)s::text[], %(values)s::text[]) AS x(k, v) "
+                           "JOIN {table} AS t ON {narrow} AND {formed} = x.k").format(
+            table=table, narrow=narrow, formed=formed)
+        whole = sql.SQL("SELECT DISTINCT {formed} FROM {table} AS t WHERE {formed} = ANY(%(keys)s::text[])").format(
+            formed=formed, table=table)
+        out[template.text] = (narrowed.as_string(None), whole.as_string(None))
+    return out
+
+
+def narrowing_column(bound: BoundCollection, template: KeyTemplate) -> str | None:
+    """The template's first placeholder whose column a candidate value can be compared with exactly and without a
+    cast error (a character, integer or uuid column), or None: the look-up compares whole keys only."""
+    for name in template.placeholders:
+        type_name = bound.column_types.get(name, "")
+        if CHARACTER_TYPES.fullmatch(type_name) or type_name in INTEGER_RANGES or type_name == "uuid":
+            return name
+    return None
+
+
+def text_form_of(type_name: str) -> Any:
+    """A predicate of the text forms PostgreSQL gives values of `type_name` (None: any text, as for text columns)."""
+    if type_name in INTEGER_RANGES:
+        bound = INTEGER_RANGES[type_name]
+        return lambda v: bool(CANONICAL_INTEGER.fullmatch(v)) and -bound <= int(v) < bound
     if type_name == "uuid":
-        return UUID_TEXT
-    return ANY_SEGMENT
+        return lambda v: bool(UUID_TEXT.fullmatch(v))
+    if type_name == "numeric" or type_name.startswith("numeric("):
+        return lambda v: bool(NUMERIC_TEXT.fullmatch(v))
+    if CHARACTER_TYPES.fullmatch(type_name):
+        return None
+    return lambda v: v != ""  # any other type's text form is not empty
 
 
 CATALOG_COLUMNS = """
@@ -518,16 +650,33 @@ def ensure_mark_table(conn: psycopg.Connection, bound: BoundCollection) -> None:
 
 
 def warn_unindexed(conn: psycopg.Connection, bound: BoundCollection) -> list[str]:
-    """Warn (and return the columns) when a template's first placeholder column leads no index of the table:
-    reconcile asks the table about each page of keys by those columns, and would scan it each time."""
+    """Warn (and return the columns) when the column a template's keys are looked up by (`narrowing_column`)
+    leads no index of the table: reconcile asks the table about each page of keys by it, and would scan it each
+    time."""
     indexed = {r[0] for r in conn.execute(INDEXED_LEADING_COLUMNS, {"table": bound.collection.table})}
     missing = []
     for template in bound.collection.templates:
-        lead = template.placeholders[0]
-        if lead not in indexed and lead not in missing:
+        lead = narrowing_column(bound, template)
+        if lead is not None and lead not in indexed and lead not in missing:
             missing.append(lead)
             log.warning("collection %s: no index of %s starts with column %s, which key template %r is read back "
                         "into: reconcile's check of each page of keys will scan the table (CREATE INDEX CONCURRENTLY "
                         "ON %s (%s))", bound.name, bound.collection.table, lead, template.text,
                         bound.collection.table, ", ".join(template.placeholders))
     return missing
+
+
+def warn_slash_values(bound: BoundCollection) -> list[str]:
+    """Warn (and return the placeholders) where a text placeholder may hold `/`: blobgc forms and compares such keys
+    exactly, but a key then lies deeper under the prefix than the template reads, and reconcile takes every key
+    under the prefix that some reading fits for this template's (deleting it, once old, if no row forms it)."""
+    found = []
+    for template in bound.collection.templates:
+        for name in template.placeholders:
+            if CHARACTER_TYPES.fullmatch(bound.column_types.get(name, "")) and name not in found:
+                found.append(name)
+                log.warning("collection %s: placeholder {%s} of key template %r is %s, whose values may hold '/': such "
+                            "keys are formed and matched exactly, and every key under %r that the template can read "
+                            "is the collection's (an old one no row forms is an orphan)", bound.name, name,
+                            template.text, bound.column_types.get(name), template.prefix)
+    return found

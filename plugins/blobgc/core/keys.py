@@ -12,8 +12,15 @@ The sweep, reconcile, restore, generations, the media cleaners, the outbox and t
 writers all read layouts from here; nobody else writes a key's regex.
 
 **Guards.** The outbox calls a layout's guard inside the draining transaction, just before the
-delete: it returns the keys a row (or a master object) accounts for again, which are kept, and it
-holds the rest, by a lock or an uncommitted row, until the transaction ends.
+delete: it returns a `Verdict`, the keys a row (or a master object) accounts for again, which are
+kept, and the keys it cannot judge (a key that fits no layout now), which stay owed with the reason,
+parked; it holds the rest, by a lock or an uncommitted row, until the transaction ends.
+
+**Every value a column can hold.** A seed layout's pattern reads back every key its `*_key`
+function forms from any text value (a `/`, a `.` or an upper-case letter included): each has one
+placeholder between fixed literals, so a key has exactly one reading and the row it names is the
+only row that can form it. A collection's templates may have several placeholders and several
+readings; whether a row forms a key is then decided in SQL (`blobgc.core.collections.accounted_keys`).
 """
 from __future__ import annotations
 
@@ -22,20 +29,31 @@ import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import psycopg
 from psycopg import sql as pgsql
 
 from blobgc.core import collections, locks, queries
+from blobgc.core.catalog import missing_tables
 from blobgc.core.objects import first_key
 
 log = logging.getLogger(__name__)
 
+
+
+@dataclass
+class Verdict:
+    """A guard's answer: the owed keys to keep (a row needs them again), and those that stay owed, parked, with why."""
+
+    keep: set[str] = field(default_factory=set)
+    stay_owed: dict[str, str] = field(default_factory=dict)
+
+
 # A guard: (its layout, the draining connection, the S3 client, the bucket, the owed keys) -> a context that
-# yields the keys to keep and holds the others until the draining transaction ends.
-Guard = Callable[["KeyLayout", psycopg.Connection, object, str, list[str]], AbstractContextManager[set[str]]]
+# yields its Verdict and holds the other keys until the draining transaction ends.
+Guard = Callable[["KeyLayout", psycopg.Connection, object, str, list[str]], AbstractContextManager[Verdict]]
 
 
 class KeyLayoutError(ValueError):
@@ -60,11 +78,17 @@ class KeyLayout:
     def shard(self, key: str) -> str:
         return key[:len(self.prefix) + self.shard_chars]
 
-    def hold(self, conn: psycopg.Connection, s3, bucket: str, keys: list[str]) -> AbstractContextManager[set[str]]:
+    def hold(self, conn: psycopg.Connection, s3, bucket: str, keys: list[str]) -> AbstractContextManager[Verdict]:
         """The layout's guard over `keys` (see the module docstring); with no guard, nothing is kept."""
         if self.guard is None:
-            return nullcontext(set())
+            return nullcontext(Verdict())
         return self.guard(self, conn, s3, bucket, keys)
+
+    def unreadable(self, ids: dict[str, str | None]) -> dict[str, str]:
+        """The keys among `ids` (key -> identity) that fit this layout not at all: they stay owed, with why."""
+        return {key: f"the key does not fit the layout of {self.source} ({self.pattern.pattern}): no row can be "
+                     "looked up for it, so it is not deleted; delete it by hand if it is garbage"
+                for key, identity in ids.items() if identity is None}
 
 
 # ------------------------------------------------------------------------------------------------- guards
@@ -82,9 +106,10 @@ def row_guard(schema: str, table: str, column: str) -> Guard:
     def keep_keys_with_a_row(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
                              keys: list[str]) -> Iterator[set[str]]:
         ids = {key: layout.identity(key) for key in keys}
-        wanted = sorted({i for i in ids.values() if i})
+        wanted = sorted({i for i in ids.values() if i is not None})
         existing = {r[0] for r in conn.execute(query, {"ids": wanted})} if wanted else set()
-        yield {key for key, identity in ids.items() if identity is None or identity in existing}
+        yield Verdict({key for key, identity in ids.items() if identity is not None and identity in existing},
+                      layout.unreadable(ids))
 
     return keep_keys_with_a_row
 
@@ -100,10 +125,11 @@ def hold_unneeded_contents(layout: KeyLayout, conn: psycopg.Connection, _s3, _bu
     waits on them. They live in a savepoint that is always rolled back after the deletion: the
     waiting writer then finds no row, creates the content anew and uploads the object again.
     """
-    hashes = sorted({h for key in keys if (h := layout.identity(key))})
+    ids = {key: layout.identity(key) for key in keys}
+    hashes = sorted({h for h in ids.values() if h is not None})
     with conn.transaction(force_rollback=True):
         held = {row[0] for row in conn.execute(queries.load("guards/insert_content_placeholders"), {"hashes": hashes})}
-        yield {key for key in keys if layout.identity(key) not in held}
+        yield Verdict({key for key, h in ids.items() if h is not None and h not in held}, layout.unreadable(ids))
 
 
 @contextmanager
@@ -116,10 +142,11 @@ def hold_unreferenced_images(layout: KeyLayout, conn: psycopg.Connection, _s3, _
     id has a row.
     """
     ids = {key: layout.identity(key) for key in keys}
-    wanted = sorted({i for i in ids.values() if i})
+    wanted = sorted({i for i in ids.values() if i is not None})
     locks.lock_stripes(conn, locks.IMAGE_LOCK_CLASS, wanted, exclusive=True)
     in_use = {row[0] for row in conn.execute(queries.load("guards/select_images_in_use"), {"image_ids": wanted})}
-    yield {key for key, image_id in ids.items() if image_id is None or image_id in in_use}
+    yield Verdict({key for key, image_id in ids.items() if image_id is not None and image_id in in_use},
+                  layout.unreadable(ids))
 
 
 @contextmanager
@@ -132,12 +159,13 @@ def hold_unreferenced_mail(layout: KeyLayout, conn: psycopg.Connection, _s3, _bu
     until the deletion is done.
     """
     ids = {key: layout.identity(key) for key in keys}
-    for generation in sorted({g for i in ids.values() if i and (g := generation_of(i)) is not None}):
+    for generation in sorted({g for i in ids.values() if i is not None and (g := generation_of(i)) is not None}):
         locks.hold_generation_alone(conn, generation)
-    wanted = sorted({i for i in ids.values() if i})
+    wanted = sorted({i for i in ids.values() if i is not None})
     existing = {r[0] for r in conn.execute(queries.load("guards/select_existing_mail_blobs"), {"ids": wanted})} \
         if wanted else set()
-    yield {key for key, blob_id in ids.items() if blob_id is None or blob_id in existing}
+    yield Verdict({key for key, blob_id in ids.items() if blob_id is not None and blob_id in existing},
+                  layout.unreadable(ids))
 
 
 @contextmanager
@@ -149,12 +177,12 @@ def keep_thumbnails_with_a_master(_layout: KeyLayout, _conn, s3, bucket: str, ke
         prefix = master_prefix_of_thumb(key)
         if prefix is not None:
             by_master.setdefault(prefix, []).append(key)
-    yield {k for prefix, ks in by_master.items() if first_key(s3, bucket, prefix, "") is not None for k in ks}
+    yield Verdict({k for prefix, ks in by_master.items() if first_key(s3, bucket, prefix, "") is not None for k in ks})
 
 
 # --------------------------------------------------------------------------------------- seed 000: blobs
-BLOB_ID = r"[0-9A-Za-z_-]{1,64}"
-BLOB_OBJECTS = KeyLayout("app.blob", "blobs/", 1, re.compile(rf"blobs/(?P<id>{BLOB_ID})/(?:raw|thumbnail)"),
+# Any text id (CONTRACT §3: app.blob.id is text): the fixed suffix makes the reading unique, `/` included.
+BLOB_OBJECTS = KeyLayout("app.blob", "blobs/", 1, re.compile(r"blobs/(?P<id>.+)/(?:raw|thumbnail)", re.DOTALL),
                          row_guard("app", "blob", "id"))
 
 
@@ -164,7 +192,8 @@ def blob_keys(blob_id: str) -> tuple[str, str]:
 
 
 # -------------------------------------------------------------------------------------- seed 002: pastes
-PASTE_CONTENTS = KeyLayout("app.content", "pastes/", 1, re.compile(r"pastes/(?P<id>[0-9a-f]{64})"),
+# Any text content hash (seed 002's own example is `abc123`), not only a sha256 hex digest.
+PASTE_CONTENTS = KeyLayout("app.content", "pastes/", 1, re.compile(r"pastes/(?P<id>.+)", re.DOTALL),
                            hold_unneeded_contents)
 
 
@@ -174,9 +203,11 @@ def content_key(digest: str) -> str:
 
 
 # -------------------------------------------------------------------------------------- seed 001: images
+# Any text image id: its first two characters (one, for a one-character id), the id, then a size name (which
+# settings.check_image_sizes keeps to [a-z0-9_]+) and the extension; one reading for every id.
 IMAGE_FILES = KeyLayout("app.image", "images/", 3,
-                        re.compile(r"images/(?P<shard>[0-9a-f]{2})/(?P<id>(?P=shard)[0-9a-f]{30})/"
-                                   r"(?P<size>[A-Za-z0-9_]+)\.(?P<ext>[a-z0-9]+)"),
+                        re.compile(r"images/(?P<shard>.{1,2})/(?P<id>(?P=shard).*)/"
+                                   r"(?P<size>[A-Za-z0-9_]+)\.(?P<ext>[a-z0-9]+)", re.DOTALL),
                         hold_unreferenced_images)
 IMAGE_EXT = "jpg"  # every size is stored as JPEG
 
@@ -187,8 +218,7 @@ def image_keys(image_id: str, sizes: Iterable[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------- seed 003: mail
-MAIL_BLOB_ID = r"[0-9A-Za-z_.:-]{1,200}"
-MAIL_BLOBS = KeyLayout("gen.blob", "mail/", 1, re.compile(rf"mail/(?P<id>{MAIL_BLOB_ID})"), hold_unreferenced_mail)
+MAIL_BLOBS = KeyLayout("gen.blob", "mail/", 1, re.compile(r"mail/(?P<id>.+)", re.DOTALL), hold_unreferenced_mail)
 
 
 def mail_key(blob_id: str) -> str:
@@ -301,38 +331,74 @@ LAYOUTS: dict[str, KeyLayout] = {layout.source: layout for layout in (
 RECONCILED = (BLOB_OBJECTS, PASTE_CONTENTS, IMAGE_FILES, MAIL_BLOBS)
 
 
-def layout(source: str) -> KeyLayout | None:
+def layout(source: str, *, default_bucket: str = "blobgc") -> KeyLayout | None:
     """The layout registered for a deletion-log source, or None (a source blobgc does not know).
 
     A collection's source (`collection:<name>`) has a layout made from the collections file when asked
-    for: its keys are parsed by the collection's templates, and its guard is `keep_keys_of_collection_rows`.
+    for, read with the deployment's `default_bucket` (Variable blobgc_bucket): its guard is
+    `keep_keys_of_collection_rows`.
     """
     if source.startswith(collections.COLLECTION_SOURCE):
-        return KeyLayout(source, "", 0, NO_KEY, keep_keys_of_collection_rows)
+        return KeyLayout(source, "", 0, NO_KEY, collection_guard(default_bucket))
     return LAYOUTS.get(source)
 
 
-NO_KEY = re.compile(r"(?!)")  # a collection's keys are parsed by its templates, not one pattern
+NO_KEY = re.compile(r"(?!)")  # a collection's keys are read by its templates, not one pattern
+
+
+def seed_prefixes(conn: psycopg.Connection, default_bucket: str) -> list[tuple[str, str, str]]:
+    """(bucket, prefix, table) of every seed layout whose table this database has: blobgc's own there."""
+    missing = set(missing_tables(conn, [layout.source for layout in RECONCILED]))
+    return [(default_bucket, layout.prefix, layout.source) for layout in RECONCILED if layout.source not in missing]
+
+
+def load_checked_collections(conn: psycopg.Connection, *, default_bucket: str) -> dict[str, collections.Collection]:
+    """The collections file, checked for shape and for prefixes: per bucket, against each other and against every
+    seed layout whose table exists (a collection may not take over blobgc's own `pastes/`, say)."""
+    declared = collections.load_collections(default_bucket=default_bucket)
+    collections.check_prefixes(declared, source=f"collections file {collections.collections_path()}",
+                               default_bucket=default_bucket, reserved=seed_prefixes(conn, default_bucket))
+    return declared
+
+
+def collection_guard(default_bucket: str) -> Guard:
+    """`keep_keys_of_collection_rows`, reading the collections file with the deployment's default bucket."""
+
+    def guard(layout: KeyLayout, conn: psycopg.Connection, s3, bucket: str, keys: list[str]
+              ) -> AbstractContextManager[Verdict]:
+        return keep_keys_of_collection_rows(layout, conn, s3, bucket, keys, default_bucket=default_bucket)
+
+    return guard
 
 
 @contextmanager
-def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, bucket: str,
-                                 keys: list[str]) -> Iterator[set[str]]:
-    """A collection's guard: keep every key a row accounts for again (content-addressed keys such as
-    `up/{sha}.{ext}` are written again when the same content is uploaded anew), and every key that fits
-    none of the collection's templates.
+def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
+                                 keys: list[str], *, default_bucket: str) -> Iterator[Verdict]:
+    """A collection's guard: keep every key some row of the collection forms now, exactly (content-addressed keys
+    such as `up/{sha}.{ext}` are formed again when the same content is uploaded anew, or by another row that
+    shares them).
 
-    Reads the collections file now; a collection it no longer declares, or a file that does not check,
-    fails the drain with nothing deleted (CollectionsError), so the keys stay owed.
+    A key no current template can have formed, a collection the file no longer declares, or a file that does not
+    check leaves its keys owed, parked with the reason (shown on the reclaim page), and the rest of the drain goes
+    on: nothing is deleted that blobgc cannot judge.
     """
     name = layout.source[len(collections.COLLECTION_SOURCE):]
-    declared = collections.load_collections(default_bucket=bucket)
+    try:
+        declared = load_checked_collections(conn, default_bucket=default_bucket)
+    except collections.CollectionsError as error:
+        yield Verdict(stay_owed={key: f"the collections file does not check: {error}" for key in keys})
+        return
     if name not in declared:
-        raise collections.CollectionsError(
-            f"{len(keys)} owed keys belong to collection {name!r}, which the collections file "
-            f"{collections.collections_path()} no longer declares: they stay owed until it is declared again")
-    bound = collections.bind(conn, declared[name], default_bucket=bucket)
-    accounted, unparsed = collections.accounted_keys(conn, bound, keys)
-    yield accounted | unparsed
-
-
+        yield Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the collections file "
+                                      f"{collections.collections_path()}: its owed keys stay owed until it is "
+                                      "declared again (or an operator deletes them)" for key in keys})
+        return
+    try:
+        bound = collections.bind(conn, declared[name], default_bucket=default_bucket)
+    except collections.CollectionsError as error:
+        yield Verdict(stay_owed={key: str(error) for key in keys})
+        return
+    accounted, unshaped = collections.accounted_keys(conn, bound, keys)
+    yield Verdict(accounted, {key: f"the key fits none of collection {name!r}'s key templates now "
+                                   f"({', '.join(bound.collection.keys)}): the file changed since it was owed?"
+                              for key in unshaped})

@@ -18,7 +18,9 @@ LastModified) is always asked, and kept when its object was written at or after 
 **One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
 retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
 attempts, parked: still owed, shown in the reclaim report and the `.parked` metric, skipped by
-drains until an operator unparks it (`unpark_owed_deletions`). A transient failure (S3 down,
+drains until an operator unparks it (`unpark_owed_deletions`). A key its guard cannot judge (a
+collection the file no longer declares, a key no template forms) is parked at once, with the guard's
+reason, and the rest of the drain goes on. A transient failure (S3 down,
 throttled) keeps its keys owed and fails the task after the rest has drained, so Airflow retries it.
 """
 from __future__ import annotations
@@ -61,6 +63,7 @@ BACKOFF_MAX = timedelta(hours=6)
 # never claims the intent of a writer still uploading (which would wait for the writer's lock while the writer
 # waits to cancel the intent: a deadlock that fails the upload). A writer that died is cleaned up after it.
 UPLOAD_INTENT_HOLD = timedelta(hours=1)
+DEFAULT_BUCKET = "blobgc"  # Variable blobgc_bucket's default: the bucket a collection without its own is in
 
 @dataclass
 class DrainResult(TaskResult):
@@ -232,6 +235,7 @@ def delete_owed_objects(
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
     policy: DrainPolicy = DEFAULT_POLICY,
+    default_bucket: str = DEFAULT_BUCKET,
 ) -> DrainResult:
     """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 
@@ -251,12 +255,12 @@ def delete_owed_objects(
 
             def drain_on_own_connection(_: int) -> DrainResult:
                 with connect() as own:
-                    return drain(own, s3, run, batch_size, concurrency, policy)
+                    return drain(own, s3, run, batch_size, concurrency, policy, default_bucket)
 
             with ThreadPoolExecutor(workers) as pool:
                 parts = list(pool.map(drain_on_own_connection, range(workers)))
         else:
-            parts = [drain(conn, s3, run, batch_size, concurrency, policy)]
+            parts = [drain(conn, s3, run, batch_size, concurrency, policy, default_bucket)]
         for part in parts:
             result.objects_deleted += part.objects_deleted
             result.bytes_reclaimed += part.bytes_reclaimed
@@ -274,7 +278,7 @@ def delete_owed_objects(
 
 
 def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int,
-          policy: DrainPolicy = DEFAULT_POLICY) -> DrainResult:
+          policy: DrainPolicy = DEFAULT_POLICY, default_bucket: str = DEFAULT_BUCKET) -> DrainResult:
     """One drain over the due owed log rows, in log order, skipping rows another drain holds.
 
     A bucket that failed transiently is not called again in this drain: its later rows are settled
@@ -290,7 +294,7 @@ def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrenc
                 if after == 0:
                     break
                 continue  # another drain holds these rows; go on after them
-            settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down)
+            settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down, default_bucket)
             add_counts(conn, run, objects=settled.objects_deleted, bytes_=settled.bytes_reclaimed)
             for collection, (objects, bytes_) in settled.by_collection.items():
                 add_collection_counts(conn, run, collection, objects=objects, bytes_=bytes_)
@@ -314,20 +318,27 @@ class KeyOutcome:
     marker: str | None = None
     error: str | None = None
     permanent: bool = False
+    park_now: bool = False  # a guard could not judge the key: no retry will, so it is parked at once
 
 
 def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, source: str, keys: list[str],
                  batch_size: int, concurrency: int, versioned: dict[str, bool],
                  sizes_logged: dict[str, int | None],
-                 modified_before: dict[str, datetime] | None = None) -> dict[str, KeyOutcome]:
+                 modified_before: dict[str, datetime] | None = None, *,
+                 default_bucket: str = DEFAULT_BUCKET) -> dict[str, KeyOutcome]:
     """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure.
 
     A key with a `modified_before` moment is asked of the store whatever its logged size, and kept when its
     object was written at or after that moment (written again since it was judged an orphan)."""
-    layout = key_layouts.layout(source)
-    needed: set[str] = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else set()
-    outcomes = {key: KeyOutcome("kept") for key in keys if key in needed}
-    todo = [k for k in keys if k not in needed]
+    layout = key_layouts.layout(source, default_bucket=default_bucket)
+    verdict = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else key_layouts.Verdict()
+    outcomes = {key: KeyOutcome("kept") for key in keys if key in verdict.keep}
+    if verdict.stay_owed:
+        log.warning("%d owed keys of %s in %s stay owed, parked: %s", len(verdict.stay_owed), source, bucket,
+                    next(iter(verdict.stay_owed.values())))
+    outcomes.update({key: KeyOutcome("failed", error=why[:500], permanent=True, park_now=True)
+                     for key, why in verdict.stay_owed.items()})
+    todo = [k for k in keys if k not in outcomes]
     if not todo:
         return outcomes
     if bucket not in versioned:
@@ -374,6 +385,7 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
 def settle_batches(
     conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int,
     policy: DrainPolicy = DEFAULT_POLICY, down: dict[str, BaseException] | None = None,
+    default_bucket: str = DEFAULT_BUCKET,
 ) -> DrainResult:
     """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
 
@@ -401,7 +413,8 @@ def settle_batches(
                     raise down[bucket]
                 group = delete_group(conn, s3, guards, bucket, source, keys, batch_size, concurrency, versioned,
                                      {k: sizes_logged.get((bucket, k)) for k in keys},
-                                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after})
+                                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
+                                     default_bucket=default_bucket)
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)
                 message = f"{error_code(error)}: {error}"[:500]
@@ -417,6 +430,7 @@ def settle_batches(
         failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
         done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
         permanent = any(o.permanent for _, _, o in failed)
+        park_now = any(o.park_now for _, _, o in failed)
         failures_now = failures + 1 if permanent else (failures if failed else 0)
         conn.execute(queries.load("outbox/settle_owed_deletions"), {
             "log_id": log_id, "run_id": run.run_id,
@@ -424,7 +438,7 @@ def settle_batches(
             "errors": json.dumps({k: o.error for k, _, o in failed}) if failed else None,
             "failures": failures_now,
             "backoff": policy.backoff(failures_now) if permanent else timedelta(0),
-            "park": permanent and failures_now >= policy.park_after,
+            "park": park_now or (permanent and failures_now >= policy.park_after),
             "done_keys": [k for k, _ in done],
             "done_sizes": [o.size for _, o in done],
             "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,

@@ -23,11 +23,12 @@ import json
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
+from psycopg.rows import dict_row
 
 from blobgc.core import queries
 from blobgc.core.outbox import record_deletions, replace_run_log
@@ -269,7 +270,8 @@ def plan_size(conn: psycopg.Connection, dag_id: str, plan_run_id: str) -> tuple[
 
 
 def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
-    """Planned, deleted, skipped as referenced again, and failed: the report of a run that executed a plan."""
+    """Planned, deleted, skipped as referenced again, and failed: the report of a run that executed a plan, with
+    `figures` (`PlanFigures.to_json`): planned = deleted + absent + kept + failed, in keys and in the plan's bytes."""
     try:
         plan_run_id = plan_of(conn, run)
     except PlanRefused:
@@ -280,6 +282,11 @@ def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
     decision = gate_decision(conn, run)
     if decision is not None:
         report["gate"] = {k: v for k, v in decision.items() if k != "judgement"}
+    figures = plan_figures(conn, run.dag_id, run.run_id)
+    if figures is not None:  # planned = deleted + absent + kept + failed, each figure with its source
+        report["figures"] = figures.to_json()
+        for line in figures.lines():
+            log.info("%s", line)
     if run.dry_run:
         return report
     done = execution_figures(conn, run.dag_id, run.run_id)
@@ -304,6 +311,149 @@ def execution_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> Exe
         queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id}).fetchone()
     return ExecutionFigures(int(items_done), int(rows_skipped), int(objects_skipped) + int(objects_kept),
                             int(objects_failed))
+
+
+# Where each DAG's plan takes the sizes of its keys from (blobgc.plan_item.sizes): the one source of the bytes shown
+# for a plan and for what became of it. A key the plan has no size for counts 0 bytes, and the figures say how many.
+PLAN_SIZE_SOURCES: dict[str, str] = {
+    "blobgc_sweep": "the table's size column, on each row's first key only",
+    "blobgc_reconcile": "the store's listing (or inventory report) when the plan was made",
+    "blobgc_media_staging": "the store's listing when the plan was made",
+    "blobgc_media_thumbnails": "the store's listing when the plan was made",
+    "blobgc_paste_expiry": "app.content.size_bytes",
+    "blobgc_image_cleanup": "the sizes recorded when the files were uploaded (blobgc.image_file; older files: "
+                            "unknown)",
+    "blobgc_generations": "gen.blob.size_bytes",
+}
+PLAN_SIZE_SOURCE = "what the plan recorded when it was made (blobgc.plan_item.sizes)"
+COUNTED_SIZE_SOURCE = ("each deleted object's size as the drain counted it: the size logged for its key where there is "
+                       "one, else the store's at delete time")
+
+
+def plan_size_source(dag_id: str) -> str:
+    """Where `dag_id`'s plan takes its sizes from, in words."""
+    return PLAN_SIZE_SOURCES.get(dag_id, PLAN_SIZE_SOURCE)
+
+
+@dataclass(frozen=True)
+class PlanFigures:
+    """Every figure shown for a plan and its execution, reconciled: the plan's keys are each deleted, absent, kept or
+    failed (or not reached yet), in keys and in bytes from one source, the plan's own sizes (`size_source`).
+
+    The bytes the run reclaimed (`deleted_counted_bytes`, and `drained_bytes`, what `blobgc.run` and
+    `blobgc.reclaim_daily` count) are another figure: the drain's sizes (`COUNTED_SIZE_SOURCE`), which include the
+    keys whose size the plan did not know, and, in `drained_*`, keys earlier runs owed that this run's drain deleted.
+    """
+
+    plan_run_id: str
+    dry_run: bool
+    size_source: str
+    planned_keys: int = 0
+    planned_bytes: int = 0
+    unknown_size_keys: int = 0
+    deleted_keys: int = 0
+    deleted_bytes: int = 0
+    absent_keys: int = 0
+    absent_bytes: int = 0
+    kept_keys: int = 0
+    kept_bytes: int = 0
+    skipped_keys: int = 0  # of kept: never owed, its row referenced or changed again (the rest the drain's guard kept)
+    failed_keys: int = 0
+    failed_bytes: int = 0
+    not_reached_keys: int = 0
+    not_reached_bytes: int = 0
+    deleted_counted_bytes: int = 0
+    deleted_here_keys: int = 0
+    deleted_here_bytes: int = 0
+    outside_keys: int = 0
+    planned_rows: int = 0
+    deleted_rows: int = 0
+    skipped_rows: int = 0
+    not_reached_rows: int = 0
+    drained_keys: int = 0
+    drained_bytes: int = 0
+
+    OUTCOMES: ClassVar[tuple[str, ...]] = ("deleted", "absent", "kept", "failed", "not_reached")
+
+    def parts(self, unit: str) -> dict[str, int]:
+        """Outcome -> keys (`unit` "keys") or bytes (`unit` "bytes") of the planned keys."""
+        return {o: getattr(self, f"{o}_{unit}") for o in self.OUTCOMES}
+
+    @property
+    def balanced(self) -> bool:
+        """planned = deleted + absent + kept + failed (+ not reached), in keys and in bytes."""
+        return (self.planned_keys == sum(self.parts("keys").values())
+                and self.planned_bytes == sum(self.parts("bytes").values()))
+
+    def planned_label(self) -> str:
+        unknown = (f"{self.unknown_size_keys:,} keys of unknown size not counted" if self.unknown_size_keys
+                   else "every key's size known")
+        return (f"planned: {self.planned_keys:,} keys, {human_bytes(self.planned_bytes)} (sizes from "
+                f"{self.size_source}; {unknown})")
+
+    def equation(self, unit: str) -> str:
+        """`planned N = deleted D + absent A + kept K + failed F` in keys or (human) bytes."""
+        def shown(n: int) -> str:
+            return human_bytes(n) if unit == "bytes" else f"{n:,}"
+
+        terms = [f"{o.replace('_', ' ')} {shown(n)}" for o, n in self.parts(unit).items() if o != "not_reached" or n]
+        total = self.planned_bytes if unit == "bytes" else self.planned_keys
+        return f"planned {shown(total)} = " + " + ".join(terms) + (" keys" if unit == "keys" else "")
+
+    def lines(self) -> list[str]:
+        """The figures in words, each with its source: a dry run's plan, or a plan and what became of each key."""
+        if self.dry_run:
+            return [self.planned_label()]
+        out = [self.equation("keys"),
+               f"{self.equation('bytes')} (bytes as planned: sizes from {self.size_source}; "
+               f"{self.unknown_size_keys:,} keys of unknown size count 0)",
+               f"kept {self.kept_keys:,}: {self.skipped_keys:,} skipped at delete time (referenced or changed again "
+               f"since the plan), {self.kept_keys - self.skipped_keys:,} kept by the drain's check",
+               f"reclaimed: {human_bytes(self.deleted_counted_bytes)} for the {self.deleted_keys:,} deleted keys "
+               f"(sizes: {COUNTED_SIZE_SOURCE})"]
+        if self.planned_rows:
+            terms = [f"deleted {self.deleted_rows:,}", f"skipped {self.skipped_rows:,}"] + (
+                [f"not reached {self.not_reached_rows:,}"] if self.not_reached_rows else [])
+            balanced = self.planned_rows == self.deleted_rows + self.skipped_rows + self.not_reached_rows
+            out.append(f"rows: planned {self.planned_rows:,}" + (" = " + " + ".join(terms) if balanced else
+                                                                 "; " + ", ".join(terms))
+                       + " (skipped: referenced or changed again since the plan)")
+        if self.drained_keys != self.deleted_here_keys or self.drained_bytes != self.deleted_here_bytes:
+            out.append(f"this run's drain deleted {self.drained_keys:,} objects, {human_bytes(self.drained_bytes)} "
+                       f"(its blobgc.run counts): {self.deleted_here_keys:,} of this plan "
+                       f"({human_bytes(self.deleted_here_bytes)}) and {self.drained_keys - self.deleted_here_keys:,} "
+                       f"other runs owed ({human_bytes(self.drained_bytes - self.deleted_here_bytes)})")
+        if self.deleted_keys != self.deleted_here_keys:
+            out.append(f"{self.deleted_keys - self.deleted_here_keys:,} of the deleted keys were deleted by a later "
+                       "run's drain (it retried them)")
+        if self.not_reached_keys:
+            out.append(f"not reached {self.not_reached_keys:,}: keys of plan items this run has not dealt with (the "
+                       "gate refused the plan, or the run has not got to them)")
+        if self.outside_keys:
+            out.append(f"{self.outside_keys:,} keys this run owed are not in its plan")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = asdict(self)
+        data["counted_size_source"] = COUNTED_SIZE_SOURCE
+        data["balanced"] = self.balanced
+        data["lines"] = self.lines()
+        return data
+
+
+def plan_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> PlanFigures | None:
+    """A run's plan and what became of each of its keys (`PlanFigures`); None for a run without a plan."""
+    row = conn.execute(queries.load("plans/select_plan_run"), {"dag_id": dag_id, "run_id": run_id}).fetchone()
+    if row is None:
+        return None
+    dry_run, _finished_at, plan_run_id, _planned_at, _has_items, _now = row
+    if plan_run_id is None:  # a run of a DAG without plans, or from before them
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        values = cur.execute(queries.load("plans/summarize_plan_outcomes"), {
+            "dag_id": dag_id, "run_id": run_id, "plan_run_id": plan_run_id}).fetchone() or {}
+    return PlanFigures(plan_run_id, bool(dry_run), plan_size_source(dag_id),
+                       **{name: int(value or 0) for name, value in values.items()})
 
 
 @dataclass

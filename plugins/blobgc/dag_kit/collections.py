@@ -13,7 +13,16 @@ from typing import Any
 
 import psycopg
 
-from blobgc.core.collections import APP_BLOB, BoundCollection, bind, load_collections, select, warn_unindexed
+from blobgc.core.collections import (
+    APP_BLOB,
+    BoundCollection,
+    bind,
+    load_collections,
+    select,
+    warn_slash_values,
+    warn_unindexed,
+)
+from blobgc.core.keys import load_checked_collections
 from blobgc.core.references import ReferenceSet, UnfollowableReference, discover_references
 from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.connections import S3_CONN_ID, S3ByBucket, s3_client
@@ -35,9 +44,10 @@ def checked_collections(conn: psycopg.Connection, params: dict[str, Any], *, ind
     """The collections the run's Param selects, each checked against the catalog with its references."""
     bucket = blob_bucket()
     found = []
-    for collection in select(load_collections(default_bucket=bucket), params.get("collections")):
+    for collection in select(load_checked_collections(conn, default_bucket=bucket), params.get("collections")):
         bound = bind(conn, collection, default_bucket=bucket)
         references(conn, bound)
+        warn_slash_values(bound)
         if index_warnings:
             warn_unindexed(conn, bound)
         found.append(bound)
@@ -47,7 +57,7 @@ def checked_collections(conn: psycopg.Connection, params: dict[str, Any], *, ind
 def one_collection(conn: psycopg.Connection, name: str) -> BoundCollection:
     """One collection of the file, checked against the catalog now."""
     bucket = blob_bucket()
-    return bind(conn, select(load_collections(default_bucket=bucket), [name])[0], default_bucket=bucket)
+    return bind(conn, select(load_checked_collections(conn, default_bucket=bucket), [name])[0], default_bucket=bucket)
 
 
 def references(conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet:

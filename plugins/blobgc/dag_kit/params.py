@@ -54,12 +54,14 @@ def deleting_params(**extra: Any) -> dict[str, Any]:
     }
 
 
-def destructive_params(grace_name: str, grace_default: int, grace_description: str, *, grace_minimum: int = 0,
-                       **extra: Any) -> dict[str, Any]:
-    """`deleting_params` with the DAG's own grace Param (at least `grace_minimum`)."""
+def destructive_params(grace_name: str, grace_default: int | None, grace_description: str, *,
+                       grace_minimum: int = 0, **extra: Any) -> dict[str, Any]:
+    """`deleting_params` with the DAG's own grace Param (at least `grace_minimum`; a `None` default lets it be
+    null, for a grace that each thing collected declares itself unless a run gives one)."""
     from airflow.sdk import Param
 
-    return deleting_params(**{grace_name: Param(grace_default, type="integer", minimum=grace_minimum,
+    kind: str | list[str] = "integer" if grace_default is not None else ["null", "integer"]
+    return deleting_params(**{grace_name: Param(grace_default, type=kind, minimum=grace_minimum,
                                                 description=grace_description)}, **extra)
 
 

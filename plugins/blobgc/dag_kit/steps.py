@@ -38,6 +38,7 @@ from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.pools import check_dag_pools
 from blobgc.dag_kit.tables import check_required_tables
+from blobgc.dag_kit.variables import blob_bucket
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def drain(step: Step) -> DrainResult:
         result = delete_owed_objects(step.conn, s3_for_collections(step.s3), step.run, batch_size=step.params["batch_size"],
-                                     workers=OUTBOX_DRAINS, connect=step.connect)
+                                     workers=OUTBOX_DRAINS, connect=step.connect, default_bucket=blob_bucket())
         if result.parked and fail_on_parked:
             raise OwedDeletionsParked(
                 f"{result.parked} owed deletions of {step.run.dag_id} are parked: they failed again and again for "

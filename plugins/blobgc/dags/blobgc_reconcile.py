@@ -12,7 +12,10 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    bucket's newest S3 Inventory report (Variable `blobgc_inventory`) and checks its manifest and age
    (`max_inventory_age_hours`): a missing, stale or malformed report fails the run here, before
    anything is read or deleted. Param `prefixes` limits a run; Param `collections` limits it to those
-   collections' objects. Collections whose key columns have no index are warned of.
+   collections' objects: nothing else is listed, planned or reported (no seed layout other than
+   app_blob's when it is named, no unknown folder, no other collection's prefix), and `source=inventory`
+   needs a report only for the buckets those collections are in. Collections whose key columns have no
+   index are warned of.
 2. **reconcile_shard** (mapped), listing: lists a page of up to 1000 keys, asks the database in one
    query which of them a row accounts for, and owes the others whose `LastModified` is older than the
    run's reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the

@@ -10,7 +10,9 @@ id). Versioned buckets only: it removes the delete markers the run's deletions l
 3. **restore_objects** removes the delete markers (1000 a call) and checks each object is back.
 4. **restore_rows** puts back app_blob's rows as *used* rows, and records why each seed source's rows
    cannot come back; **restore_collection_rows** (one mapped task per collection that
-   **collections_with_rows** lists) puts back other collections' logged rows. Param `collections`
+   **collections_with_rows** lists) puts back other collections' logged rows. A row comes back only
+   when every object it forms is in the store; one whose object a later run deleted is reported
+   failed, naming that run (restore it first). Param `collections`
    limits the restore. **report** sums it up; every item is in `blobgc.restore_item`. Each step can
    be re-run alone (what is done is recorded and skipped); `dry_run` changes nothing.
 """
@@ -53,18 +55,18 @@ def blobgc_restore():
     def restore_objects(step: Step, plan: dict) -> RestoreResult:
         return restore.restore_objects(step.conn, s3_for_collections(step.s3), step.run, RestorePlan.from_xcom(plan))
 
-    @gc_step()
+    @gc_step(pool=S3_POOL)
     def restore_rows(step: Step, plan: dict) -> RestoreResult:
-        return restore.restore_rows(step.conn, step.run, RestorePlan.from_xcom(plan))
+        return restore.restore_rows(step.conn, s3_for_collections(step.s3), step.run, RestorePlan.from_xcom(plan))
 
     @task
     def collections_with_rows(plan: dict) -> list[str]:
         return plan["collections"]
 
-    @gc_step(map_index_template="{{ task.op_kwargs['collection'] }}")
+    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['collection'] }}")
     def restore_collection_rows(step: Step, plan: dict, collection: str) -> RestoreResult:
-        return restore.restore_collection_rows(step.conn, step.run, RestorePlan.from_xcom(plan),
-                                               one_collection(step.conn, collection))
+        return restore.restore_collection_rows(step.conn, s3_for_collections(step.s3), step.run,
+                                               RestorePlan.from_xcom(plan), one_collection(step.conn, collection))
 
     planned = plan_restore()
     owed, objects, rows = cancel_owed_deletions(planned), restore_objects(planned), restore_rows(planned)

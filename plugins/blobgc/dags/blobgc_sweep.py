@@ -14,9 +14,11 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
    other run) and plans nothing.
 2. **plan_deletions** (mapped, one task per collection and range) lists the rows unused since before
    the run's reference time minus the grace that no reference points at, with their objects and sizes,
-   into `blobgc.plan_item`. The grace is the larger of the collection's `grace_hours` and this run's: a
-   run may be more careful than the file, never less. A row whose `created_at` is younger than the
-   grace is never planned. Nothing is locked or deleted. On a dry run, this is the run's report.
+   into `blobgc.plan_item`. The grace is each collection's own `grace_hours` (the file's; 24 where it
+   declares none). Param `grace_hours` is null by default; given, it can only lengthen a collection's
+   grace (the larger of the two counts): a run may be more careful than the file, never less. A row
+   whose `created_at` is younger than the grace is never planned. Nothing is locked or deleted. On a
+   dry run, this is the run's report.
 3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`). Past the
    threshold, it waits for a person to approve or reject (Airflow's Required Actions); otherwise it
    goes on at once. A dry run never waits.
@@ -60,7 +62,10 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
 
 
 def grace_of(step: Step, bound) -> float:
-    return max(float(step.params["grace_hours"]), bound.collection.grace_hours)
+    """The collection's own grace, or the run's Param `grace_hours` where one is given and longer."""
+    given = step.params.get("grace_hours")
+    own = float(bound.collection.grace_hours)
+    return own if given is None else max(float(given), own)
 
 
 @dag(
@@ -69,8 +74,10 @@ def grace_of(step: Step, bound) -> float:
                                  assets=[Asset("blobgc_marked_blobs")]),
     **dag_defaults(),
     params=destructive_params(
-        "grace_hours", 24, "Rows unused for less than this many hours (or their collection's grace, if longer) "
-        "are kept.", collections=collections_param(),
+        "grace_hours", None, "Empty (the default): each collection's own grace_hours (the collections file's; 24 "
+        "where it declares none). Given: rows unused for less than this many hours, or their collection's grace "
+        "if longer, are kept (a run can lengthen a collection's grace, never shorten it).",
+        collections=collections_param(),
         sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
                             description="Parallel plan_deletions tasks per collection, each over an id range."),
         **plan_params()),

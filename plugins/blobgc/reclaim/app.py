@@ -4,6 +4,12 @@ Airflow mounts plugin apps without any authentication, so every route here depen
 `require_airflow_user`: the caller must carry a valid Airflow JWT (the UI's session cookie or a bearer
 token) and be allowed to view the Airflow website. A browser without one is sent to Airflow's login
 page and back; a BI tool without one gets 401.
+
+A run is shown only to a user whom Airflow's auth manager lets read that DAG's runs (`blobgc.reclaim.run_access`:
+GET on DagAccessEntity.RUN, as Airflow's own DAG-run endpoint asks). A receipt, manifest or undo of a run of a DAG
+the user may not read answers 403, whether or not such a run exists, so the answer tells nothing about the DAG's
+runs; the reclaim page and its JSON leave out the runs, daily figures and owed deletions of such DAGs (and
+reconcile's findings unless the user may read blobgc_reconcile's runs).
 """
 from __future__ import annotations
 
@@ -20,9 +26,10 @@ from blobgc.dag_kit.connections import pg_connection
 from blobgc.reclaim import undo
 from blobgc.reclaim.manifest import FORMATS, manifest_chunks, manifest_filename
 from blobgc.reclaim.page import render_page
-from blobgc.reclaim.receipt_page import render_not_found, render_receipt
+from blobgc.reclaim.receipt_page import render_forbidden, render_not_found, render_receipt
 from blobgc.reclaim.receipts import collect_receipt, find_run, record_undo_request, undo_refusal
-from blobgc.reclaim.report import collect_report
+from blobgc.reclaim.report import collect_report, run_dag_ids
+from blobgc.reclaim.run_access import may_read_runs, readable_dag_ids
 
 URL_PREFIX = "/blobgc"
 
@@ -82,9 +89,15 @@ def root_path(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/")
 
 
-def load_report(days: int, per_dag: int, collection: str | None = None) -> dict[str, Any]:
+def load_report(user: Any, days: int, per_dag: int, collection: str | None = None) -> dict[str, Any]:
+    """The reclaim report of the DAGs whose runs `user` may read."""
     with pg_connection() as conn:
-        return collect_report(conn, days=days, per_dag=per_dag, collection=collection)
+        readable = readable_dag_ids(user, run_dag_ids(conn))
+        return collect_report(conn, days=days, per_dag=per_dag, collection=collection, dag_ids=readable)
+
+
+def forbidden_detail(dag_id: str) -> str:
+    return f"you may not read runs of DAG {dag_id!r}, so you may not see its receipts, manifests or undo its runs"
 
 
 def create_app() -> FastAPI:
@@ -94,7 +107,7 @@ def create_app() -> FastAPI:
     @app.get("/reclaim", response_class=HTMLResponse, summary="The storage reclaim page")
     def reclaim_page(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
                      collection: Collection = None) -> HTMLResponse:
-        report = load_report(days, per_dag, collection)
+        report = load_report(user, days, per_dag, collection)
         query = f"days={days}&per_dag={per_dag}" + (f"&collection={collection}" if collection else "")
         return HTMLResponse(render_page(report, json_href=f"api/reclaim?{query}"),
                             headers={"Cache-Control": "no-store"})
@@ -102,10 +115,13 @@ def create_app() -> FastAPI:
     @app.get("/api/reclaim", summary="The storage reclaim report as JSON, for BI tools")
     def reclaim_json(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
                      collection: Collection = None) -> dict[str, Any]:
-        return load_report(days, per_dag, collection)
+        return load_report(user, days, per_dag, collection)
 
     @app.get("/runs/{dag_id}/{run_id:path}", response_class=HTMLResponse, summary="A run's receipt page")
     def receipt_page(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> HTMLResponse:
+        if not may_read_runs(user, dag_id):
+            return HTMLResponse(render_forbidden(dag_id, root_path(request)), status_code=status.HTTP_403_FORBIDDEN,
+                                headers=NO_STORE)
         with pg_connection() as conn:
             receipt = collect_receipt(conn, dag_id, run_id)
         if receipt is None:
@@ -122,6 +138,8 @@ def create_app() -> FastAPI:
              response_class=StreamingResponse)
     def manifest(user: AirflowUser, dag_id: DagId, run_id: RunId,
                  fmt: Annotated[str, Path(pattern="^(csv|json)$")]) -> StreamingResponse:
+        if not may_read_runs(user, dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
         with pg_connection() as conn:
             if find_run(conn, dag_id, run_id) is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
@@ -138,6 +156,8 @@ def create_app() -> FastAPI:
         if not undo.may_trigger_restore(user):
             raise HTTPException(status.HTTP_403_FORBIDDEN,
                                 detail="you may not trigger blobgc_restore, so you may not undo a run")
+        if not may_read_runs(user, dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
         with pg_connection() as conn:
             if find_run(conn, dag_id, run_id) is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")

@@ -56,17 +56,68 @@ def _run_table(r: dict[str, Any], root: str) -> str:
         _row("plan", plan, "plan_run_id", r["plan_run_id"]),
         _row("rows " + ("it would delete" if run["dry_run"] else "deleted"), f'{run["rows_deleted"]:,}',
              "rows_deleted", run["rows_deleted"]),
-        _row("objects " + ("it would delete" if run["dry_run"] else "deleted"), f'{run["objects_deleted"]:,}',
+        _row("objects " + ("it would delete" if run["dry_run"] else "deleted"),
+             f'{run["objects_deleted"]:,} <span class="hint">({e(_objects_source(r))})</span>',
              "objects_deleted", run["objects_deleted"]),
         _row("bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed"),
-             f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes)</span>',
-             "bytes_reclaimed", run["bytes_reclaimed"]),
+             f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes; '
+             f'{e(_bytes_source(r))})</span>', "bytes_reclaimed", run["bytes_reclaimed"]),
         _row("monthly cost " + ("it would save" if run["dry_run"] else "saved"),
              f'<b>{e(usd_text(r["usd_per_month_saved"]))}</b> per month <span class="hint">(at '
              f'${r["usd_per_gb_month"]:g} per GB-month, S3 Standard, Variable blobgc_storage_prices)</span>',
              "usd_per_month_saved", r["usd_per_month_saved"]),
     ]
     return '<table id="run" class="figures">' + "".join(rows) + "</table>"
+
+
+def _objects_source(r: dict[str, Any]) -> str:
+    """What the run's objects figure counts (blobgc.run, as blobgc.reclaim_daily)."""
+    if r["run"]["dry_run"]:
+        return "every key of its plan, whether or not the object exists" if r["figures"] else "keys it found"
+    return "objects its drain deleted, whoever owed them; absent, kept and failed keys are not counted"
+
+
+def _bytes_source(r: dict[str, Any]) -> str:
+    """Where the run's bytes figure takes its sizes from (blobgc.run, as blobgc.reclaim_daily)."""
+    if r["run"]["dry_run"]:
+        f = r["figures"]
+        return f"sizes from {f['size_source']}; unknown sizes not counted" if f else "sizes as logged"
+    return f"sizes: {r['counted_size_source']}"
+
+
+FIGURE_MEANINGS = {
+    "planned": "every key of the plan",
+    "deleted": "the drain deleted the object",
+    "absent": "the object did not exist at delete time (a thumbnail never made, an object already gone)",
+    "kept": "left in place: skipped at delete time (its row referenced or changed again since the plan), or kept by "
+            "the drain's check (a row accounts for it again, or it was written again)",
+    "failed": "still owed: the store refused it or the drain has not reached it yet (parked ones included)",
+    "not_reached": "in plan items this run has not dealt with (the gate refused the plan, or the run stopped first)",
+}
+
+
+def _figures(r: dict[str, Any]) -> str:
+    """The plan and what became of each of its keys: planned = deleted + absent + kept + failed, in keys and in the
+    plan's bytes (one source, said), then the bytes the drain counted, which the run's own figures are."""
+    f = r["figures"]
+    if f is None:
+        return _counts_table(r)
+    if f["dry_run"]:
+        return (f'<table id="counts" class="figures" data-balanced="true"><tr><th>planned</th><td class="num" '
+                f'data-count="planned" data-value="{f["planned_keys"]}" data-bytes="{f["planned_bytes"]}">'
+                f'{e(f["lines"][0])}</td></tr></table>')
+    source = (f'<p id="figures-source" class="hint">Bytes here are the plan&#39;s: sizes from {e(f["size_source"])}; '
+              f'{f["unknown_size_keys"]:,} planned keys of unknown size count 0.</p>')
+    shown = ["planned", "deleted", "absent", "kept", "failed"] + (["not_reached"] if f["not_reached_keys"] else [])
+    rows = "".join(
+        f'<tr><th>{e(name.replace("_", " "))}</th><td class="num" data-count="{name}" '
+        f'data-value="{f[f"{name}_keys"]}" data-bytes="{f[f"{name}_bytes"]}">{f[f"{name}_keys"]:,}</td>'
+        f'<td class="num">{e(human_bytes(f[f"{name}_bytes"]))}</td><td class="hint">{e(FIGURE_MEANINGS[name])}</td>'
+        "</tr>" for name in shown)
+    lines = "".join(f"<li>{e(line)}</li>" for line in f["lines"])
+    return (f'<table id="counts" class="figures" data-balanced="{str(f["balanced"]).lower()}"><tr><th></th>'
+            "<th>keys</th><th>bytes, as planned</th><th></th></tr>" + rows + "</table>" + source
+            + f'<ul id="figures-lines">{lines}</ul>')
 
 
 def _counts_table(r: dict[str, Any]) -> str:
@@ -123,8 +174,16 @@ def _table(table_id: str, headings: list[str], rows: list[str]) -> str:
     return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
 
 
+def _keys_source(r: dict[str, Any]) -> str:
+    """Which keys the status and prefix tables count, and where their bytes come from."""
+    if r["run"]["dry_run"]:
+        return "Every key of the plan; bytes are the plan's sizes (unknown sizes count 0)."
+    return ("The keys this run owed (planned keys skipped before they were owed are not here); bytes are the sizes "
+            "logged with each key when it was owed (unknown sizes count 0), not what the drain counted.")
+
+
 def _statuses(r: dict[str, Any]) -> str:
-    return _table("statuses", ["status", "objects", "bytes"], [
+    return _table("statuses", ["status", "objects", "bytes (as logged)"], [
         f'<tr data-status="{e(s["status"])}" data-objects="{s["objects"]}" data-bytes="{s["bytes"]}">'
         f'<td class="status-{e(s["status"])}">{e(s["status"])}</td><td class="num">{s["objects"]:,}</td>'
         f'<td class="num">{e(human_bytes(s["bytes"]))}</td></tr>' for s in r["statuses"]])
@@ -227,9 +286,9 @@ def render_receipt(r: dict[str, Any], *, root: str, may_undo: bool, paused: bool
         f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
         f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
         _run_table(r, root),
-        "<h2>Planned, deleted, skipped, failed</h2>", _counts_table(r),
+        "<h2>Planned, and what became of each key</h2>", _figures(r),
         "<h2>The gate</h2>", _gate(r["gate"]),
-        "<h2>Keys by status</h2>", _statuses(r),
+        "<h2>Keys by status</h2>", f'<p id="keys-source" class="hint">{e(_keys_source(r))}</p>', _statuses(r),
         "<h2>Bytes by prefix</h2>", _prefixes(r),
         f'<h2>A sample of keys (first {len(r["sample_keys"])})</h2>', _sample(r),
         '<h2>The full manifest</h2><p id="manifest">Every key of this run, with its size and status: '
@@ -246,4 +305,13 @@ def render_not_found(dag_id: str, run_id: str, root: str) -> str:
             f"<style>{PAGE_CSS}</style></head><body><h1>No such run</h1>"
             f'<p id="not-found">blobgc has no run <span class="run-id">{e(run_id)}</span> of '
             f'<span class="run-id">{e(dag_id)}</span>.</p>'
+            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>')
+
+
+def render_forbidden(dag_id: str, root: str) -> str:
+    """The receipt page's answer to a user who may not read runs of `dag_id`: it says nothing about its runs."""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: not allowed</title>"
+            f"<style>{PAGE_CSS}</style></head><body><h1>Not allowed</h1>"
+            f'<p id="forbidden">You may not read runs of <span class="run-id">{e(dag_id)}</span>, so blobgc shows '
+            "you none of its receipts. Ask an Airflow administrator for read access to that DAG's runs.</p>"
             f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>')

@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
-from blobgc.core.plans import execution_figures, plan_size
+from blobgc.core.plans import COUNTED_SIZE_SOURCE, execution_figures, plan_figures, plan_size
 from blobgc.core.sizes import S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
 
 MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "version_id")
@@ -41,7 +41,7 @@ def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, An
     """One run's counts, timing, plan and collections (blobgc.run), or None."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(queries.load("report/select_runs"),
-                           {"dag_id": dag_id, "run_id": run_id, "limit": 1}).fetchone()
+                           {"dag_id": dag_id, "run_id": run_id, "dag_ids": None, "limit": 1}).fetchone()
 
 
 def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sample: int = 20,
@@ -64,6 +64,7 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
     planned, _per_collection = plan_size(conn, dag_id, plan_run_id)
     has_plan = bool(planned.rows or planned.objects)  # every plan item has rows or keys
     done = execution_figures(conn, dag_id, run_id)
+    figures = plan_figures(conn, dag_id, run_id)
     deleted = next((s for s in statuses if s["status"] == "deleted"), None)
     return {
         "run": jsonable(run),
@@ -80,6 +81,9 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
             "failed": failed["owed"],
             "parked": failed["parked"],
         },
+        # planned = deleted + absent + kept + failed, in keys and in the plan's bytes (each with its source)
+        "figures": figures.to_json() if figures is not None else None,
+        "counted_size_source": COUNTED_SIZE_SOURCE,
         "statuses": [jsonable(s) for s in statuses],
         "by_prefix": [jsonable(p) for p in by_prefix],
         "sample_keys": [jsonable(k) for k in keys],

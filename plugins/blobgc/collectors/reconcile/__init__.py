@@ -14,10 +14,12 @@ from a fixed table, and each is reconciled page by page in constant memory:
 6. the checkpoint moves past the page in the same transaction, so a retry resumes there.
 
 A collection of the collections file (CONTRACT §6) other than app_blob (which is seed 000's source
-above) is one shard per literal prefix of its key templates, in its own bucket: each key is parsed
-with the templates, one query per page asks the table which parsed column values have a row, a key
-that parses and has none is an orphan (under the same age floor), and a key under the prefix that
-fits no template is reported, never deleted.
+above) is one shard per literal prefix of its key templates, in its own bucket: one query per page
+asks the table which of the page's keys some row forms, exactly
+(`blobgc.core.collections.accounted_keys`; the keys' readings only narrow the look-up), so a key of
+a template's shape that no row forms is an orphan (under the same age floor), and a key under the
+prefix that fits no template's shape is reported, never deleted. The inventory path forms the same
+keys in SQL, so both sources judge every key alike.
 
 The age floor applies to the deletion, never to the listing: the cutoff is the earlier of the
 run's reference time minus `min_age_hours` and the moment the shard's listing started, so an

@@ -105,7 +105,11 @@ class Scope:
 
 def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCollection], *, seeds: bool,
            prefixes: list[str] | None) -> list[Scope]:
-    """One scope per bucket a listing run would list: the run's bucket, and each collection's own bucket."""
+    """One scope per bucket a listing run would list: the run's bucket, and each collection's own bucket.
+
+    A run limited by the Param `collections` (`seeds` false) reads only the buckets its collections' objects are in
+    (app_blob's, seed 000's layout, are in the run's bucket): no other bucket, the run's included, is read or needs
+    a report."""
     present = present_sources(conn)
     if seeds:
         sources = present
@@ -117,8 +121,10 @@ def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCol
     planned = [Scope(bucket, sources if bucket == run_bucket else (),
                      tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket,
                      tuple(prefixes or ())) for bucket in buckets]
-    # another bucket is read only for a collection of it that the Param `prefixes` leaves in the run
-    return [s for s in planned if s.bucket == run_bucket or
+    # a bucket is read only for what the run reconciles there and the Param `prefixes` leaves in it: the run's
+    # bucket always when it reconciles every seed layout (its unknown folders too), any bucket for its sources or
+    # collections
+    return [s for s in planned if s.unknown or any(s.within(source.prefix) for source in s.sources) or
             any(s.within(p) for b in s.collections for p in b.collection.prefixes)]
 
 

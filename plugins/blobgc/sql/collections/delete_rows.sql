@@ -1,12 +1,12 @@
 -- Delete claimed rows of a collection that no reference of any kind points at (re-checked here, in the deleting
 -- statement, whatever each foreign key's ON DELETE action) and forget their marks; return each row's id, size,
--- the text of the columns its key templates name, and its image for the deletion log.
+-- the keys its templates form, and its image for the deletion log.
 WITH deleted AS (
     DELETE FROM {table} AS b
     WHERE b.{id} = ANY(%(ids)s::text[]::{type}[]) AND {unreferenced}
-    RETURNING b.{id} AS id, {size} AS size, {key_values} AS key_values, to_jsonb(b)::text AS image
+    RETURNING b.{id} AS id, {size} AS size, {keys} AS keys, to_jsonb(b)::text AS image
 ),
 forgotten AS (
     DELETE FROM {marks} AS m USING deleted AS d WHERE m.id = d.id
 )
-SELECT id::text, size, key_values, image FROM deleted
+SELECT id::text, size, keys, image FROM deleted

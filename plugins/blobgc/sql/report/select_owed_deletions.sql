@@ -9,5 +9,6 @@ SELECT o.dag_id, o.bucket,
        (array_agg(o.last_errors::text ORDER BY o.last_attempt_at DESC NULLS LAST))[1] AS last_errors
 FROM blobgc.outbox o
 JOIN blobgc.deletion_log l ON l.id = o.log_id
+WHERE %(dag_ids)s::text[] IS NULL OR o.dag_id = ANY(%(dag_ids)s::text[])
 GROUP BY o.dag_id, o.bucket
 ORDER BY o.dag_id, o.bucket;

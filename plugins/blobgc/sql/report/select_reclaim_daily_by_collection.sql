@@ -2,4 +2,5 @@
 SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed, collection
 FROM blobgc.reclaim_daily_by_collection
 WHERE day >= %(since)s AND collection = %(collection)s
+  AND (%(dag_ids)s::text[] IS NULL OR dag_id = ANY(%(dag_ids)s::text[]))
 ORDER BY day, dag_id, dry_run;

@@ -7,6 +7,7 @@ SELECT r.dag_id, r.run_id, r.dry_run, r.reference_time, r.started_at, r.finished
              WHERE rp.dag_id = r.dag_id AND rp.run_id = r.run_id AND rp.collection IS NOT NULL
              ORDER BY 1) AS collections
 FROM blobgc.run r
-WHERE %(dag_id)s::text IS NULL OR (r.dag_id = %(dag_id)s AND r.run_id = %(run_id)s)
+WHERE (%(dag_id)s::text IS NULL OR (r.dag_id = %(dag_id)s AND r.run_id = %(run_id)s))
+  AND (%(dag_ids)s::text[] IS NULL OR r.dag_id = ANY(%(dag_ids)s::text[]))
 ORDER BY r.started_at DESC, r.dag_id, r.run_id
 LIMIT %(limit)s;

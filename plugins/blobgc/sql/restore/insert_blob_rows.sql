@@ -1,39 +1,31 @@
--- Put back the app.blob rows a run's log holds, as used rows (unused false, updated_at now), and record each one. A row
--- whose deleted objects are not all back (verified by restore_objects) is not put back; an id that exists again is left alone.
-WITH not_back AS (
-    SELECT DISTINCT split_part(d.key, '/', 2) AS id
-    FROM blobgc.deleted_object d
-    WHERE d.dag_id = %(dag_id)s AND d.run_id = %(run_id)s AND NOT d.dry_run AND d.deleted_at IS NOT NULL
-      AND d.source = 'app.blob' AND d.key LIKE 'blobs/%%'
-      AND NOT EXISTS (
-          SELECT 1 FROM blobgc.restore_item ri
-          WHERE ri.restore_run_id = %(restore_run_id)s AND ri.kind = 'object' AND ri.bucket = d.bucket
-            AND ri.item = d.key AND ri.outcome IN ('restored', 'already_restored'))
+-- Put back the app.blob rows of a run's log that restore_rows checked, as used rows (unused false, updated_at now), and
+-- record each checked row: put back; failed, with the reason, when an object it forms is missing from the store (it is
+-- not put back); or left alone when its id exists again.
+WITH checked AS (
+    SELECT c.item, c.reason FROM unnest(%(items)s::text[], %(reasons)s::text[]) AS c(item, reason)
 ), images AS (
-    SELECT r.image, EXISTS (SELECT 1 FROM not_back n WHERE n.id = r.image ->> 'id') AS missing
+    SELECT r.image, c.item, c.reason
     FROM blobgc.deletion_log l
     CROSS JOIN LATERAL jsonb_array_elements(l.rows) AS r(image)
+    JOIN checked c ON c.item = 'app.blob ' || (r.image ->> 'id')
     WHERE l.dag_id = %(dag_id)s AND l.run_id = %(run_id)s AND NOT l.dry_run AND l.source = 'app.blob'
       AND l.rows IS NOT NULL
-      AND NOT EXISTS (
-          SELECT 1 FROM blobgc.restore_item ri
-          WHERE ri.restore_run_id = %(restore_run_id)s AND ri.kind = 'row' AND ri.item = 'app.blob ' || (r.image ->> 'id'))
 ), inserted AS (
     INSERT INTO app.blob
     SELECT (jsonb_populate_record(NULL::app.blob,
                                   image || jsonb_build_object('unused', false, 'updated_at', now()))).*
     FROM images
-    WHERE NOT missing
+    WHERE reason IS NULL
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), recorded AS (
     INSERT INTO blobgc.restore_item (restore_run_id, source_dag_id, source_run_id, kind, bucket, item, outcome, detail)
-    SELECT %(restore_run_id)s, %(dag_id)s, %(run_id)s, 'row', '', 'app.blob ' || (i.image ->> 'id'),
-           CASE WHEN i.missing THEN 'failed' WHEN x.id IS NULL THEN 'not_restored' ELSE 'restored' END,
-           CASE WHEN i.missing THEN 'its object is still missing after the restore, so the row was not put back'
+    SELECT %(restore_run_id)s, %(dag_id)s, %(run_id)s, 'row', '', i.item,
+           CASE WHEN i.reason IS NOT NULL THEN 'failed' WHEN x.id IS NULL THEN 'not_restored' ELSE 'restored' END,
+           CASE WHEN i.reason IS NOT NULL THEN i.reason
                 WHEN x.id IS NULL THEN 'a row with this id exists again; it was left as it is' END
     FROM images i
-    LEFT JOIN inserted x ON x.id = i.image ->> 'id'
+    LEFT JOIN inserted x ON 'app.blob ' || x.id = i.item
     ON CONFLICT DO NOTHING
     RETURNING item, outcome, detail
 )
