@@ -170,8 +170,9 @@ def test_crawler_deadlock_with_the_drain_guard_is_retried_and_the_item_linked(
     pool = ThreadPoolExecutor(1)
     try:
         with pg_connect(test_dsn) as watcher, other_conn.transaction():
-            with IMAGE_FILES.hold(other_conn, None, settings.bucket, image_keys(image_id, SIZES)) as needed:
-                assert needed == set(image_keys(image_id, SIZES))  # the guard keeps them: the image id has a row
+            with IMAGE_FILES.hold(other_conn, None, settings.bucket, image_keys(image_id, SIZES)) as verdict:
+                assert verdict.keep == set(image_keys(image_id, SIZES))  # the guard keeps them: the image id has a row
+                assert verdict.stay_owed == {}
                 crawling = pool.submit(run_crawl, crawler, s3, settings, items)
                 wait_until(lambda: backend_waits_on_a_lock(watcher, crawler.info.backend_pid))
                 # the cycle: returns once PostgreSQL has failed the crawler's transaction (its URL stripe is free)
