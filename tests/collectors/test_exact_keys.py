@@ -239,3 +239,58 @@ def test_narrow_seed_layout_an_owed_key_whose_row_exists_again_is_kept(conn, s3,
     drained = delete_owed_objects(conn, s3, run)
     assert (drained.objects_deleted, drained.owed_after) == (0, 0)
     assert object_keys(s3, bucket) == {"pastes/abc123"}
+
+
+def test_ambiguous_separator_a_domain_column_holding_an_empty_value_forms_its_key(conn, s3, bucket, tmp_path,
+                                                                                 monkeypatch):
+    """A domain over text (format_type names the domain) may hold '': `u/{owner}_{name}` with owner `a_b` and name
+    '' forms `u/a_b_`, whose only other reading (a / b_) no row has. The key is the row's, not an orphan."""
+    schema = f"domain_{uuid.uuid4().hex[:8]}"
+    with conn.transaction():
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"CREATE DOMAIN {schema}.label AS text")
+        conn.execute(f"CREATE TABLE {schema}.tag (id bigint PRIMARY KEY, owner text, name {schema}.label)")
+        conn.execute(f"CREATE INDEX ON {schema}.tag (owner)")
+        conn.execute(f"INSERT INTO {schema}.tag VALUES (1, 'a_b', '')")
+    text = (f"collections:\n  {schema}:\n    table: {schema}.tag\n    id: id\n    bucket: {bucket}\n"
+            "    keys: ['u/{owner}_{name}']\n")
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(write_collections(tmp_path, text)))
+    bound = bind(conn, parse_collections(text)[schema], default_bucket="blobgc")
+    put(s3, bucket, "u/a_b_", "u/c_")
+    age(s3, bucket)
+    run = new_run(conn, "blobgc_reconcile", f"domain-{schema}")
+    reconcile_by("listing", conn, s3, bucket, None, run, bound)
+    delete_owed_objects(conn, s3, run)
+    assert object_keys(s3, bucket) == {"u/a_b_"}  # u/c_ (owner c, name '') has no row: an orphan
+
+
+def test_wrong_default_bucket_a_key_owed_in_a_bucket_its_collection_no_longer_uses_stays_owed(conn, s3, bucket,
+                                                                                             assets):
+    """The collection's rows judge keys of its own bucket only: a key owed when the collection lived in another
+    bucket (the file changed since) could be another collection's there now."""
+    put(s3, bucket, "files/moved")
+    schema, _bound = assets
+    run = owe(conn, f"collection:{schema}", "blobgc", ["files/moved"], "moved")
+    drained = delete_owed_objects(conn, s3, run, default_bucket="blobgc")
+    assert (drained.objects_deleted, drained.parked) == (0, 1)
+    errors = conn.execute("SELECT last_errors::text FROM blobgc.outbox").fetchone()[0]
+    assert f"keeps its objects in bucket '{bucket}' now, not in 'blobgc'" in errors
+
+
+def test_wrong_default_bucket_a_database_error_while_judging_leaves_the_keys_owed_unparked_and_the_rest_drains(
+        conn, s3, bucket, assets, monkeypatch):
+    schema, _bound = assets
+    put(s3, bucket, "files/judged-later", "pastes/gone")
+    owe(conn, f"collection:{schema}", bucket, ["files/judged-later"], "db-error")
+    run = owe(conn, "app.content", bucket, ["pastes/gone"], "db-error-2")
+    import blobgc.core.collections as collections_module
+
+    def failing(conn, *_args, **_kwargs):
+        conn.execute("SELECT 1/0")
+
+    monkeypatch.setattr(collections_module, "accounted_keys", failing)
+    drained = delete_owed_objects(conn, s3, run)
+    assert (drained.objects_deleted, drained.parked, drained.owed_after) == (1, 0, 1)
+    assert object_keys(s3, bucket) - LIVE_KEYS == {"files/judged-later"}
+    row = conn.execute("SELECT parked_at IS NULL, last_errors::text FROM blobgc.outbox").fetchone()
+    assert row[0] and "could not be judged" in row[1] and "division by zero" in row[1]

@@ -147,6 +147,24 @@ def test_object_that_cannot_come_back_is_reported_failed_and_its_row_not_reinser
     assert recorded == {"object restored": 3, "object failed": 1, "row restored": 1, "row failed": 1}
 
 
+def test_restore_shared_object_a_run_undone_before_its_drain_puts_back_a_row_whose_object_was_never_made(
+        conn, s3, versioned_bucket):
+    """Undone before its drain: the owed deletions are cancelled and nothing was deleted. A row whose thumbnail was
+    never made (missing before the run, and no run deleted it) is put back as it was, not refused."""
+    run, _, garbage = swept_run(conn, s3, versioned_bucket, "undrained", n=3, drain=False)
+    never_made = blob_keys(garbage[0])[1]
+    s3.delete_object(Bucket=versioned_bucket, Key=never_made)
+    for v in s3.list_object_versions(Bucket=versioned_bucket, Prefix=never_made).get("Versions", []):
+        s3.delete_object(Bucket=versioned_bucket, Key=never_made, VersionId=v["VersionId"])
+    restore = RunRef("blobgc_restore", "restore-undrained", False)
+    plan = plan_restore(conn, s3, run.run_id)
+    cancel_owed_deletions(conn, restore, plan)
+    restore_objects(conn, s3, restore, plan)
+    rows = restore_rows(conn, s3, restore, plan)
+    assert (rows.restored, rows.failed) == (2, 0)
+    assert {r[0] for r in conn.execute("SELECT id FROM app.blob WHERE id = ANY(%s)", (garbage,))} == set(garbage)
+
+
 def test_suspended_versioning_is_refused_with_the_reason(conn, s3, versioned_bucket):
     """Finding 9 (suspended versioning): a bucket whose versioning is Suspended is refused, with why, changing nothing."""
     run, _, garbage = swept_run(conn, s3, versioned_bucket, "suspended")

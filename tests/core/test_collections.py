@@ -117,6 +117,23 @@ def test_ambiguous_separator_a_template_whose_placeholders_cannot_be_told_apart_
         parse_collections(one("table: shop.upload\nid: id\nkeys: ['v/{id}', 'u/{sha}{ext}']"))
 
 
+@pytest.mark.parametrize(("template", "key", "expected"), [
+    ("u/{a}{{x}}/{b}", "u/foo{x}/bar", [{"a": "foo", "b": "bar"}]),  # {{ }} are literal braces
+    ("u/{a}{{x}}/{b}", "u/foo{", []),
+    ("a{{b}}/{x}", "a{b}/1", [{"x": "1"}]),
+])
+def test_ambiguous_separator_escaped_braces_are_literal_text(template, key, expected):
+    parsed = KeyTemplate.parse_template(template)
+    assert parsed.readings(key) == expected
+    assert parsed.format({"a": "foo", "b": "bar", "x": "1"}) == key if expected else True
+
+
+def test_app_blob_on_app_blob_may_only_declare_seed_000s_keys():
+    with pytest.raises(CollectionsError, match="collection 'app_blob', field 'keys': app_blob on app.blob keeps "
+                                               "seed 000's objects"):
+        parse_collections(one("table: app.blob\nid: id\nkeys: ['blobs/{filename}/raw']", name="app_blob"))
+
+
 @pytest.mark.parametrize("prefix", ["pastes/", "mail/", "blobs/", "images/ab/", "past"])
 def test_seed_prefix_overlap_a_collection_under_a_seed_layouts_prefix_is_refused(conn, tmp_path, monkeypatch, prefix):
     from blobgc.core.keys import load_checked_collections

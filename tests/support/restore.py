@@ -12,8 +12,10 @@ from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import NOW, make_blobs, set_unused_since
 
 
-def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1) -> tuple[RunRef, list[str], list[str]]:
-    """`n` blobs, the first `keep` referenced, the rest unused for 2 days; a sweep of them and its drain."""
+def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1, *, drain: bool = True
+              ) -> tuple[RunRef, list[str], list[str]]:
+    """`n` blobs, the first `keep` referenced, the rest unused for 2 days; a sweep of them and (unless not `drain`)
+    its drain."""
     ids = make_blobs(conn, s3, bucket, n, prefix=f"{run_id}-")
     kept, garbage = ids[:keep], ids[keep:]
     with conn.transaction():
@@ -29,6 +31,7 @@ def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1) -> 
     plan_collection(conn, run, bound, refs, cutoff=cutoff, key_range=ids_range)
     record_judgement(conn, run, judge(conn, run, GateSettings()), PASSED)
     execute_plan_part(conn, run, bound, refs, cutoff=cutoff, part=range_part(ids_range, bound.name))
-    delete_owed_objects(conn, s3, run)
+    if drain:
+        delete_owed_objects(conn, s3, run)
     finish_run(conn, run, {"plan": execution_report(conn, run)})
     return run, kept, garbage

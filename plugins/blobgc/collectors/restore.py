@@ -392,7 +392,9 @@ def rows_missing_objects(conn: psycopg.Connection, s3, run: RunRef, plan: Restor
 def why_missing(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bucket: str, keys: list[str]
                 ) -> dict[str, str]:
     """Why each of `keys` (missing from the store) keeps its row out, from the deletion log; a key the run being
-    undone found absent (or, in a dry run, deleted itself) is left out."""
+    undone found absent (or, in a dry run, deleted itself) is left out, and so is one no blobgc run deleted (its
+    owed deletion cancelled by this restore, or never drained): the row had no such object before the run either,
+    and is put back as it was."""
     why: dict[str, str] = {}
     for key, absent, dag_id, run_id in conn.execute(queries.load("restore/select_key_deletions"), {
             "bucket": bucket, "keys": keys, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}):
@@ -405,8 +407,8 @@ def why_missing(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bucket
             why[key] = (f"its object {key} was deleted by {dag_id} run {run_id!r}, whose undo is not part of this "
                         "restore, so the row was not put back: restore that run first, then this one again")
         else:
-            why[key] = (f"its object {key} is missing from the store and no blobgc run deleted it, so the row was not "
-                        "put back")
+            log.warning("object %s of a row put back is missing, but no blobgc run deleted it: it was missing before "
+                        "%s run %s too, so the row is put back as it was", key, plan.source_dag_id, plan.source_run_id)
     return why
 
 

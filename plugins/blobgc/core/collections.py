@@ -79,6 +79,7 @@ INTEGER_RANGES = {"smallint": 2 ** 15, "integer": 2 ** 31, "bigint": 2 ** 63}
 CANONICAL_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 NUMERIC_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?|NaN|-?Infinity")
+NUMERIC_TYPE = re.compile(r"numeric(?:\(\d+(?:,\d+)?\))?")
 # Character types: a candidate value is compared with the column itself (its index serves the look-up).
 CHARACTER_TYPES = re.compile(r"text|character varying(?:\(\d+\))?|character(?:\(\d+\))?|citext|name")
 MAX_READINGS = 64  # readings of one key by one template beyond which its look-up does not narrow by value
@@ -125,18 +126,21 @@ class KeyTemplate:
             parsed = list(string.Formatter().parse(text))
         except ValueError as error:
             raise ValueError(f"{text!r} is not a key template: {error}") from error
-        for i, (literal, name, spec, conversion) in enumerate(parsed):
-            if name is not None:
-                if not re.fullmatch(IDENTIFIER, name):
-                    raise ValueError(f"{text!r}: placeholder {{{name}}} must be a plain column name")
-                if spec or conversion:
-                    raise ValueError(f"{text!r}: placeholder {{{name}}} may not have a format or conversion")
-                if i > 0 and not literal:
-                    raise ValueError(f"{text!r}: placeholders must be separated by literal text: "
-                                     f"{{{parsed[i - 1][1]}}}{{{name}}} cannot be told apart in a key")
-            parts.append((literal, name))
-        if parts and parts[-1][1] is not None:
-            parts.append(("", None))  # the literal that closes the key (empty after a last placeholder)
+        pending, previous = "", None  # literal text since the last placeholder (`{{` and `}}` arrive as pieces)
+        for literal, name, spec, conversion in parsed:
+            pending += literal
+            if name is None:
+                continue
+            if not re.fullmatch(IDENTIFIER, name):
+                raise ValueError(f"{text!r}: placeholder {{{name}}} must be a plain column name")
+            if spec or conversion:
+                raise ValueError(f"{text!r}: placeholder {{{name}}} may not have a format or conversion")
+            if previous is not None and not pending:
+                raise ValueError(f"{text!r}: placeholders must be separated by literal text: "
+                                 f"{{{previous}}}{{{name}}} cannot be told apart in a key")
+            parts.append((pending, name))
+            pending, previous = "", name
+        parts.append((pending, None))  # the literal that closes the key (empty after a last placeholder)
         names = [n for _, n in parts if n is not None]
         if not names:
             raise ValueError(f"{text!r} has no {{placeholder}}: every row would own the same key")
@@ -334,6 +338,10 @@ def parse_collections(text: str, *, source: str = "collections file", default_bu
             raise CollectionsError(f"{source}: collection {name!r}, field {field!r}: {message}") from error
     if not found:
         raise CollectionsError(f"{source}: `collections` is empty; declare at least one")
+    for c in found.values():
+        if c.column_mode and c.keys != APP_BLOB.keys:  # its objects are judged by seed 000's own layout
+            raise CollectionsError(f"{source}: collection {c.name!r}, field 'keys': app_blob on app.blob keeps seed "
+                                   f"000's objects, {APP_BLOB.keys}; declare other keys as a collection of its own")
     check_prefixes(found, source=source, default_bucket=default_bucket)
     return found
 
@@ -574,11 +582,9 @@ def text_form_of(type_name: str) -> Any:
         return lambda v: bool(CANONICAL_INTEGER.fullmatch(v)) and -bound <= int(v) < bound
     if type_name == "uuid":
         return lambda v: bool(UUID_TEXT.fullmatch(v))
-    if type_name == "numeric" or type_name.startswith("numeric("):
+    if NUMERIC_TYPE.fullmatch(type_name):
         return lambda v: bool(NUMERIC_TEXT.fullmatch(v))
-    if CHARACTER_TYPES.fullmatch(type_name):
-        return None
-    return lambda v: v != ""  # any other type's text form is not empty
+    return None  # any other type (text, a domain, an enum, citext in any schema...): any text, the empty one too
 
 
 CATALOG_COLUMNS = """

@@ -45,10 +45,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Verdict:
-    """A guard's answer: the owed keys to keep (a row needs them again), and those that stay owed, parked, with why."""
+    """A guard's answer: the owed keys to keep (a row needs them again), and those that stay owed, with why."""
 
     keep: set[str] = field(default_factory=set)
     stay_owed: dict[str, str] = field(default_factory=dict)
+    park: bool = True  # the keys that stay owed are parked at once (False: a drain tries them again)
 
 
 # A guard: (its layout, the draining connection, the S3 client, the bucket, the owed keys) -> a context that
@@ -372,33 +373,48 @@ def collection_guard(default_bucket: str) -> Guard:
 
 
 @contextmanager
-def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
+def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, bucket: str,
                                  keys: list[str], *, default_bucket: str) -> Iterator[Verdict]:
     """A collection's guard: keep every key some row of the collection forms now, exactly (content-addressed keys
     such as `up/{sha}.{ext}` are formed again when the same content is uploaded anew, or by another row that
     shares them).
 
-    A key no current template can have formed, a collection the file no longer declares, or a file that does not
-    check leaves its keys owed, parked with the reason (shown on the reclaim page), and the rest of the drain goes
-    on: nothing is deleted that blobgc cannot judge.
+    A key no current template can have formed, a collection the file no longer declares or keeps in another bucket
+    now, or a file that does not check leaves its keys owed, parked with the reason (shown on the reclaim page),
+    and the rest of the drain goes on: nothing is deleted that blobgc cannot judge. A database error while judging
+    (a statement timeout, say) rolls back only the guard's savepoint and leaves the keys owed for the next drain.
     """
-    name = layout.source[len(collections.COLLECTION_SOURCE):]
+    try:
+        with conn.transaction():  # a savepoint: the guard takes no lock, so nothing it held ends with it
+            verdict = judge_collection_keys(conn, layout.source, bucket, keys, default_bucket)
+    except psycopg.Error as error:
+        log.warning("could not judge %d owed keys of %s (%s): they stay owed for the next drain", len(keys),
+                    layout.source, error)
+        verdict = Verdict(stay_owed={key: f"could not be judged: {error}"[:500] for key in keys}, park=False)
+    yield verdict
+
+
+def judge_collection_keys(conn: psycopg.Connection, source: str, bucket: str, keys: list[str],
+                          default_bucket: str) -> Verdict:
+    """`keep_keys_of_collection_rows`'s verdict (see there)."""
+    name = source[len(collections.COLLECTION_SOURCE):]
     try:
         declared = load_checked_collections(conn, default_bucket=default_bucket)
     except collections.CollectionsError as error:
-        yield Verdict(stay_owed={key: f"the collections file does not check: {error}" for key in keys})
-        return
+        return Verdict(stay_owed={key: f"the collections file does not check: {error}" for key in keys})
     if name not in declared:
-        yield Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the collections file "
-                                      f"{collections.collections_path()}: its owed keys stay owed until it is "
-                                      "declared again (or an operator deletes them)" for key in keys})
-        return
+        return Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the collections file "
+                                       f"{collections.collections_path()}: its owed keys stay owed until it is "
+                                       "declared again (or an operator deletes them)" for key in keys})
+    if declared[name].bucket_or(default_bucket) != bucket:
+        return Verdict(stay_owed={key: f"collection {name!r} keeps its objects in bucket "
+                                       f"{declared[name].bucket_or(default_bucket)!r} now, not in {bucket!r} where "
+                                       "this key was owed: its rows cannot judge it" for key in keys})
     try:
         bound = collections.bind(conn, declared[name], default_bucket=default_bucket)
     except collections.CollectionsError as error:
-        yield Verdict(stay_owed={key: str(error) for key in keys})
-        return
+        return Verdict(stay_owed={key: str(error) for key in keys})
     accounted, unshaped = collections.accounted_keys(conn, bound, keys)
-    yield Verdict(accounted, {key: f"the key fits none of collection {name!r}'s key templates now "
-                                   f"({', '.join(bound.collection.keys)}): the file changed since it was owed?"
-                              for key in unshaped})
+    return Verdict(accounted, {key: f"the key fits none of collection {name!r}'s key templates now "
+                                    f"({', '.join(bound.collection.keys)}): the file changed since it was owed?"
+                               for key in unshaped})

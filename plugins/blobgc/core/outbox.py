@@ -334,9 +334,9 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
     verdict = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else key_layouts.Verdict()
     outcomes = {key: KeyOutcome("kept") for key in keys if key in verdict.keep}
     if verdict.stay_owed:
-        log.warning("%d owed keys of %s in %s stay owed, parked: %s", len(verdict.stay_owed), source, bucket,
-                    next(iter(verdict.stay_owed.values())))
-    outcomes.update({key: KeyOutcome("failed", error=why[:500], permanent=True, park_now=True)
+        log.warning("%d owed keys of %s in %s stay owed%s: %s", len(verdict.stay_owed), source, bucket,
+                    ", parked" if verdict.park else "", next(iter(verdict.stay_owed.values())))
+    outcomes.update({key: KeyOutcome("failed", error=why[:500], permanent=verdict.park, park_now=verdict.park)
                      for key, why in verdict.stay_owed.items()})
     todo = [k for k in keys if k not in outcomes]
     if not todo:
