@@ -456,14 +456,6 @@ class BoundCollection:
         return sql.SQL("ARRAY[{}]::text[]").format(
             sql.SQL(", ").join(t.expression(alias) for t in self.collection.templates))
 
-    def formed_keys(self, conn: psycopg.Connection, ids: Iterable[Any]) -> dict[str, list[str]]:
-        """The keys the rows of `ids` (as text) form now, by id; a row that is gone is not in the result."""
-        query = sql.SQL("SELECT b.{id}::text, array_remove({keys}, NULL) FROM {table} AS b "
-                        "WHERE b.{id} = ANY(%(ids)s::text[]::{type}[])").format(
-            id=sql.Identifier(self.collection.id), keys=self.key_array("b"),
-            table=self.collection.table_identifier, type=sql.SQL(self.id_type))
-        return {row_id: list(keys) for row_id, keys in conn.execute(query, {"ids": [str(i) for i in ids]})}
-
     def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
         """blobgc/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
         c = self.collection
