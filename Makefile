@@ -79,7 +79,7 @@ test-unit: venv
 bench: up
 	source $(ENV) && python bench/mark_sweep.py && python bench/paste_expiry.py
 
-# Debian's docker-compose (CONTRACT §1) validates docker-compose.yaml; no Docker engine is needed. Installed if missing.
+# Debian's docker-compose (docs/reference.md §1) validates docker-compose.yaml; no Docker engine is needed. Installed if missing.
 # Regenerate the pinned lock: pyproject.toml's ranges and requirements-dev.in, resolved afresh in a new
 # virtualenv, frozen into requirements.txt (LOCK_OUT=file to write elsewhere). Review the diff, then run `make test`.
 LOCK_OUT ?= requirements.txt

@@ -7,7 +7,7 @@ database: blobs, 70% of them referenced through two referencing tables. Timed on
 (which flips the 30% unreferenced blobs to unused) and on a pass with no flips, at every scale.
 
 The same data is also marked as a collection whose mark state blobgc keeps in its own table
-(CONTRACT §6: `blobgc.mark_<name>`, nothing added to the user's table): a copy of the blobs and
+(docs/reference.md §6: `blobgc.mark_<name>`, nothing added to the user's table): a copy of the blobs and
 their two referencing tables in schema `owned`, marked by `mark_collection` beside `app_blob`'s
 column mode. Goals: within 2x of the column mode, and at least 20x the seed loop.
 

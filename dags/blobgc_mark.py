@@ -1,4 +1,4 @@
-"""blobgc_mark: marks the rows of every collection unused or used, from every reference (CONTRACT §6).
+"""blobgc_mark: marks the rows of every collection unused or used, from every reference (docs/reference.md §6).
 
 Defined in the blobgc package (blobgc/dags/blobgc_mark.py); this file enables it.
 """

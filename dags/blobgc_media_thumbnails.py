@@ -53,6 +53,7 @@ from blobgc.dag_kit import (
     plan_params,
     report_run,
 )
+from blobgc.dag_kit.unfixable import check_media_buckets
 from blobgc.dag_kit.variables import media_settings
 from demo_app.media import render_thumbnails
 
@@ -81,7 +82,9 @@ def blobgc_media_thumbnails():
     def plan_shards(step: Step) -> list[dict]:
         if not fix_run_plan(step):
             return []
-        return [s.to_xcom() for s in media_cleanup.thumbnail_shards(step.s3, media_settings())]
+        settings = media_settings()
+        check_media_buckets(step.s3, settings)  # a missing bucket fails here, named, without retries
+        return [s.to_xcom() for s in media_cleanup.thumbnail_shards(step.s3, settings)]
 
     @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
                                               "{{ task.op_kwargs['shard']['prefix'] }}")

@@ -25,7 +25,7 @@ Outage drill: `PUT /_blobgc/outage?bucket=NAME` makes every S3 request on that b
 ServiceUnavailable, as S3 does when it is down or shedding load, until `DELETE /_blobgc/outage?bucket=NAME`.
 Other buckets are untouched. The runbook's backfill test uses it to make real DAG runs fail on S3.
 
-Aging (CONTRACT §1): `POST /_blobgc/backdate?bucket=B&key=K&seconds=N` moves the current version of
+Aging (docs/reference.md §1): `POST /_blobgc/backdate?bucket=B&key=K&seconds=N` moves the current version of
 that object's `LastModified` N seconds into the past; listings and HEAD then report the new time.
 404 when there is no such object (or its current version is a delete marker). A run's cut-offs never
 pass the present, so tests and the demo make objects old this way, as they backdate rows in SQL.

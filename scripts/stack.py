@@ -157,7 +157,7 @@ def stack_env() -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": S3_SECRET,
         "AWS_DEFAULT_REGION": REGION,
         "BLOBGC_ROOT": str(ROOT),
-        # CONTRACT §2: the crawler refuses loopback addresses unless told; the local stack's partner sites live there
+        # docs/reference.md §2: the crawler refuses loopback addresses unless told; the local stack's partner sites live there
         "AIRFLOW_VAR_BLOBGC_CRAWLER_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),

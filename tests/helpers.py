@@ -236,7 +236,7 @@ def airflow_api(path: str, *, method: str = "GET", body: dict | None = None, tok
 
 
 def backdate_object(bucket: str, key: str, seconds: float) -> None:
-    """Make an object old the honest way (CONTRACT §1): the local S3 server moves its LastModified into the past."""
+    """Make an object old the honest way (docs/reference.md §1): the local S3 server moves its LastModified into the past."""
     query = urllib.parse.urlencode({"bucket": bucket, "key": key, "seconds": seconds})
     request = urllib.request.Request(f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/backdate?{query}", method="POST")
     with urllib.request.urlopen(request, timeout=10) as r:

@@ -3,6 +3,7 @@ pytest collects, read from the test files with `ast` (no pytest run inside the r
 from __future__ import annotations
 
 import ast
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -79,3 +80,84 @@ def test_an_id_of_no_test_is_reported(tmp_path):
         "tests/a/test_b.py::test_c", "tests/d/test_e.py::TestF::test_g[x-1]"]
     assert PARTIAL.findall("`integration/test_sweep.py::test_a`, `::test_b`, `tests/x/test_y.py::test_z`") == [
         "`integration/test_sweep.py::test_a`", "`::test_b`"]
+
+
+# ------------------------------------------------------------------ issue 30: the contract in the repository
+REFERENCE = ROOT / "docs" / "reference.md"
+RETIRED = "CONTRACT" + ".md"  # the document that was never in the repository (spelt so this file does not name it)
+RETIRED_CITATION = re.compile("CONTRACT" + r"(?:\.md|'s| §)")  # "… §4" citations of it, and "the …'s command"
+SKIPPED_DIRS = {".git", ".venv", ".blobgc", "__pycache__", ".pytest_cache", ".import_linter_cache", "build", "dist",
+                "test-artifacts"}  # and *.egg-info, bench/results: what .gitignore keeps out
+# The Variables blobgc reads, wherever the code names them: variable("blobgc_x", ...), Variable.get("blobgc_x"),
+# and constants such as PRICES_VARIABLE = "blobgc_storage_prices".
+VARIABLE_READS = re.compile(r'(?:\bvariable|Variable\.get)\(\s*"(blobgc_\w+)"|^\s*\w*VARIABLE\s*=\s*"(blobgc_\w+)"',
+                            re.MULTILINE)
+
+
+def repository_files() -> list[Path]:
+    """Every file of the repository, outside .venv, .blobgc and what git ignores as build output and caches."""
+    found = []
+    for path in ROOT.rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if path.is_file() and not set(parts) & SKIPPED_DIRS and not any(p.endswith(".egg-info") for p in parts) \
+                and parts[:2] != ("bench", "results"):
+            found.append(path)
+    return found
+
+
+def test_no_file_in_the_repository_cites_the_retired_contract_document():
+    """Issue 30: the README, `python -m blobgc.dags list`, the CHANGELOG and the code cited a contract document that
+    is not in the repository; they cite docs/reference.md. Released migrations keep their old comments: a database
+    records each one's checksum and refuses a migration edited after it was applied."""
+    citing = {}
+    for path in repository_files():
+        if path.parent.name == "migrations" and re.fullmatch(r"\d{4}_\w+\.sql", path.name):
+            continue
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        if RETIRED in text or RETIRED_CITATION.search(text):
+            citing[str(path.relative_to(ROOT))] = RETIRED_CITATION.findall(text)[:3] or [RETIRED]
+    assert citing == {}
+
+
+def test_the_reference_names_every_dag_and_every_variable_the_code_reads():
+    from blobgc.dags import DAGS
+
+    text = REFERENCE.read_text(encoding="utf-8")
+    dag_ids = [*DAGS, *(p.stem for p in (ROOT / "dags").glob("blobgc_*.py"))]
+    assert [d for d in dag_ids if f"`{d}`" not in text] == []
+    read = {a or b for path in (ROOT / "plugins" / "blobgc").rglob("*.py")
+            for a, b in VARIABLE_READS.findall(path.read_text(encoding="utf-8"))}
+    assert len(read) >= 10, f"the scan for Variables found only {sorted(read)}: did the code's idiom change?"
+    assert sorted(v for v in read if f"`{v}`" not in text) == []
+    for section in range(1, 8):  # the numbering the citations across the repository rely on
+        assert f"\n## {section}. " in text
+
+
+@pytest.fixture(scope="module")
+def dags():
+    from airflow.dag_processing.dagbag import DagBag
+
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.import_errors == {}
+    assert len(bag.dags) >= 10
+    return bag.dags
+
+
+def test_the_reference_gives_every_dags_params_with_their_defaults(dags):
+    """Each Param of each DAG appears in §4 as `name` (default), in its DAG's row or among the Params every
+    deleting DAG takes, so that the reference says what the code does (sweep's `grace_hours` is null)."""
+    import json
+
+    section = REFERENCE.read_text(encoding="utf-8").split("\n## 4. ", 1)[1].split("\n## 5. ", 1)[0]
+    common = section.split("\n| dag_id |", 1)[0]
+    missing = []
+    for dag_id, dag in dags.items():
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| `{dag_id}` |")]
+        for name in dag.params.keys():
+            param = dag.params.get_param(name)
+            token = f"`{name}` (" + ("required" if not param.has_value and param.value is not None
+                                      else json.dumps(param.value))
+            if token not in row and token not in common:
+                missing.append(f"{dag_id}: {token}")
+    assert missing == []

@@ -8,4 +8,4 @@ SQL ships as package data in `blobgc/sql/`.
 """
 from __future__ import annotations
 
-__version__ = "1.5.0"
+__version__ = "1.6.0"

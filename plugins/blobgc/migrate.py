@@ -17,6 +17,11 @@ import sys
 import psycopg
 
 from blobgc.core import migrate
+from blobgc.core.settings import ConfigurationError
+
+NOT_ALLOWED = ("this role may not do that. python -m blobgc.migrate needs CREATE on the database while schema blobgc "
+               "does not exist, else USAGE and CREATE on it, and runs as the role that owns blobgc's tables (the one "
+               "that migrated first): see the README's least-privilege GRANT block")
 
 
 def conninfo(args: argparse.Namespace) -> str:
@@ -44,12 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", action="store_true", help="list applied and pending migrations only")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[migrate] %(message)s")
-    with psycopg.connect(conninfo(args), autocommit=True) as conn:
-        if args.status:
-            print(migrate.status(conn))
-            return 0
-        applied = migrate.apply_migrations(conn)
-    print(f"[migrate] {migrate.TABLE}: {len(applied)} applied, {len(migrate.migrations()) - len(applied)} already there")
+    try:
+        with psycopg.connect(conninfo(args), autocommit=True) as conn:
+            if args.status:
+                print(migrate.status(conn))
+                return 0
+            applied = migrate.apply_migrations(conn)
+    except ConfigurationError as error:  # a missing grant, checked before anything ran: named with its GRANT
+        print(f"[migrate] {error}", file=sys.stderr)
+        return 2
+    except psycopg.errors.InsufficientPrivilege as error:  # one no check foresaw (a table another role owns)
+        print(f"[migrate] {str(error).strip()}: {NOT_ALLOWED}", file=sys.stderr)
+        return 2
+    print(f"[migrate] {migrate.summary(migrate.TABLE, applied, [version for version, _ in migrate.migrations()])}")
     return 0
 
 

@@ -32,7 +32,7 @@ ROOT = Path(os.environ.get("BLOBGC_ROOT", Path(__file__).resolve().parents[2]))
 
 
 def backdate_object(bucket: str, key: str, age: timedelta) -> None:
-    """Make an object old the honest way (CONTRACT §1): the local S3 server moves its LastModified into the past.
+    """Make an object old the honest way (docs/reference.md §1): the local S3 server moves its LastModified into the past.
 
     A run's cut-offs never pass the present, so the demo ages its objects as it ages its rows.
     """

@@ -1,6 +1,6 @@
 """Seed 004's application side: Fakebook's S3-only media store (no database).
 
-**Layout** (CONTRACT §3), in buckets `{prefix}images` and `{prefix}profiles`:
+**Layout** (docs/reference.md §3), in buckets `{prefix}images` and `{prefix}profiles`:
 
 - `{userId}/masters/{revYYYYMM}/{time8}{hash8}.{ext}` and `{userId}/thumbs/{revYYYYMM}/{time8}{hash8}_{W}x{H}.webp`
 - `{userId}/masters/{slot}.{ext}` and `{userId}/thumbs/{slot}_{W}x{H}.webp` (profiles)

@@ -1,5 +1,5 @@
 """A second demo application, shaped unlike seed 000's blobs, that blobgc collects as the collection
-`studio_assets` of include/collections.yaml (CONTRACT §6) without a line of blobgc knowing it.
+`studio_assets` of include/collections.yaml (docs/reference.md §6) without a line of blobgc knowing it.
 
 `studio.asset` rows have uuid ids. Their objects are content addressed, keyed by two columns,
 `studio/{checksum}.{kind}` (two assets with the same bytes share one object), plus a per-asset preview

@@ -1,4 +1,4 @@
-"""A second application, shaped unlike the demo, collected end to end from a collections file (CONTRACT §6).
+"""A second application, shaped unlike the demo, collected end to end from a collections file (docs/reference.md §6).
 
 Nothing of blobgc changes for it: bigint ids, keys made of two columns and shared by equal content, a
 nullable foreign key holding NULLs, one declared ON DELETE CASCADE, one to a unique non-primary

@@ -1,4 +1,4 @@
-"""The collections file (CONTRACT §6): every way it can be wrong is refused with a message naming the collection
+"""The collections file (docs/reference.md §6): every way it can be wrong is refused with a message naming the collection
 and the field, first by shape and then against the live catalog; and key templates read keys back exactly."""
 from __future__ import annotations
 
@@ -200,3 +200,29 @@ def test_the_shop_file_of_the_tests_checks_against_its_schema(conn, bucket):
     create_shop(conn, schema)
     bound = bind(conn, parse_collections(shop_yaml(schema, bucket))["shop_uploads"], default_bucket="x")
     assert (bound.bucket, bound.id_type) == (bucket, "bigint")
+
+
+@pytest.mark.parametrize("wrong", [
+    "shape", "prefix of a seed", "param names", "table missing", "reference query"])
+def test_every_collections_file_error_names_the_files_path(conn, tmp_path, monkeypatch, wrong):
+    """Issue 30: an error found reading the file or checking it against the catalog (the DAG's first task,
+    `checked_collections`) names the file's path, so that a deployment knows which file to fix."""
+    from blobgc.dag_kit.collections import checked_collections
+
+    schema = new_schema()
+    create_shop(conn, schema)
+    path = tmp_path / "team" / "collections.yaml"
+    path.parent.mkdir()
+    base = f"table: {schema}.upload\nid: id\nkeys: ['uploads/{{sha}}.{{ext}}']"
+    path.write_text({
+        "shape": one(f"{base}\ngrace_hours: -1"),
+        "prefix of a seed": one(f"table: {schema}.upload\nid: id\nkeys: ['pastes/{{sha}}']"),
+        "param names": one(base),
+        "table missing": one(f"table: {schema}.nope\nid: id\nkeys: ['uploads/{{id}}']"),
+        "reference query": one(f"{base}\nreferences: ['SELECT sha FROM {schema}.upload']"),
+    }[wrong])
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    params = {"collections": ["nope"] if wrong == "param names" else None}
+    with pytest.raises(CollectionsError) as refused:
+        checked_collections(conn, params)
+    assert f"collections file {path}" in str(refused.value), str(refused.value)

@@ -31,7 +31,7 @@ def test_key_ranges_without_statistics_walk_the_index(conn, s3, bucket):
 
 
 def test_key_ranges_cover_a_table_of_uuid_ids_and_an_empty_one(conn):
-    """Collections have ids of any ordered type (CONTRACT §6): uuid has no min(), and a table may be empty."""
+    """Collections have ids of any ordered type (docs/reference.md §6): uuid has no min(), and a table may be empty."""
     with conn.transaction():
         conn.execute("CREATE TABLE IF NOT EXISTS public.ks_uuid (id uuid PRIMARY KEY)")
         conn.execute("TRUNCATE public.ks_uuid")

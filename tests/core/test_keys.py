@@ -58,7 +58,7 @@ def test_staging_layout_is_exact():
                                    "raw/raw", "line\nbreak"])
 def test_narrow_seed_layout_every_seed_layout_reads_back_exactly_the_value_its_key_was_formed_from(value):
     """One placeholder between fixed literals: a key has one reading, the value it was formed from, whatever the
-    column held (CONTRACT §3's columns are text)."""
+    column held (docs/reference.md §3's columns are text)."""
     assert BLOB_OBJECTS.identity(blob_keys(value)[0]) == BLOB_OBJECTS.identity(blob_keys(value)[1]) == value
     assert PASTE_CONTENTS.identity(content_key(value)) == value
     assert MAIL_BLOBS.identity(mail_key(value)) == value

@@ -267,6 +267,33 @@ def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_dat
     assert f"applied  {versions()[0]}" in printed
 
 
+def test_migrate_reports_the_migrations_it_applied_by_name(new_database, tmp_path, monkeypatch, capsys):
+    """Issue 30: "11 applied" said neither which nor of what; the report names the first and last applied, and
+    what the database had before (blobgc's numbering starts at 0002, which its folder's README explains)."""
+    from blobgc.core.migrate import main
+
+    every = versions()
+    dsn = new_database()
+    monkeypatch.setenv("BLOBGC_PG_DSN", dsn)
+    assert main([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"[migrate] blobgc.schema_migration: {len(every)} migrations applied now ({every[0]} … {every[-1]}), "
+        f"0 of {len(every)} applied before; the schema is at {every[-1]}")
+    assert main([]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"[migrate] blobgc.schema_migration: no migration to apply, {len(every)} of {len(every)} applied before; "
+        f"the schema is at {every[-1]}")
+    folder = write_migrations(tmp_path, {"0001_item": "CREATE TABLE item (id int PRIMARY KEY);\n"})
+    assert main([], folder=folder, table=SCRATCH_TABLE, lock=SCRATCH_LOCK) == 0
+    write_migrations(tmp_path, {"0002_item_code": "ALTER TABLE item ADD code text;\n"})
+    assert main([], folder=folder, table=SCRATCH_TABLE, lock=SCRATCH_LOCK) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"[migrate] {SCRATCH_TABLE}: 1 migration applied now (0002_item_code), 1 of 2 applied before; "
+        "the schema is at 0002_item_code")
+    assert every[0] == "0002_blobgc_schema"
+    assert "starts at 0002" in (BLOBGC / "README.md").read_text()
+
+
 def test_python_m_blobgc_migrate_works_through_an_airflow_connection(new_database):
     """`python -m blobgc.migrate --conn-id …`: the database the DAGs' connection names, its extras kept."""
     import os
@@ -289,5 +316,6 @@ def test_python_m_blobgc_migrate_works_through_an_airflow_connection(new_databas
         return done.stdout
 
     assert f"0 applied, {len(versions())} pending" in run("--status")
-    assert f"{len(versions())} applied, 0 already there" in run()
+    assert (f"{len(versions())} migrations applied now ({versions()[0]} … {versions()[-1]}), "
+            f"0 of {len(versions())} applied before; the schema is at {versions()[-1]}") in run()
     assert f"{len(versions())} applied, 0 pending" in run("--status")

@@ -26,7 +26,7 @@ def test_airflow_dags_test_mark_then_sweep_reclaims_garbage(conn, s3, bucket):
         conn.execute("INSERT INTO app.blob_attachment (post_id, blob_id) VALUES ('p1', %s)", (kept,))
     env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
 
-    # exactly the CONTRACT's command (the whole dags folder parsed); other tests pass -f to start faster
+    # exactly the command of docs/reference.md §4 (the whole dags folder parsed); other tests pass -f to start faster
     mark = airflow("dags", "test", "blobgc_mark", env_extra=env, whole_dags_folder=True)
     assert mark.returncode == 0, mark.stdout[-3000:] + mark.stderr[-3000:]
     assert conn.execute("SELECT unused FROM app.blob WHERE id = %s", (garbage,)).fetchone()[0] is True
@@ -53,7 +53,31 @@ def test_airflow_dags_test_dry_run_sweep_deletes_nothing(conn, s3, bucket):
     assert len(object_keys(s3, bucket)) == 6
     row = conn.execute("SELECT dry_run, rows_deleted, objects_deleted FROM blobgc.run").fetchone()
     assert row == (True, 3, 6)
+    assert conn.execute("SELECT details -> 'not_planned' -> 'app_blob' FROM blobgc.run").fetchone()[0] == {
+        "considered": 3, "planned": 3, "referenced": 0, "not_marked": 0, "within_grace": 0, "young_created_at": 0,
+        "first_eligible_at": None, "grace_hours": 24}  # the report task's gathering of the plan tasks' counts
     assert ids
+
+
+def test_a_dry_run_sweep_logs_no_error_and_its_report_still_gathers_every_upstream(conn, s3, bucket):
+    """Issue 30: a successful dry run that planned nothing (a fresh install's first) logged `[error] XCom not
+    found ... delete_owed_objects`: its delete tasks are skipped, and the report fetched the skipped drain's
+    missing result as an XCom argument. The report reads what its upstreams returned itself: the dry run's log
+    has no error line, and a real run's report still has the planned rows (a mapped upstream) and the drained
+    objects (an unmapped one)."""
+    make_blobs(conn, s3, bucket, 3)  # used: nothing to plan
+    env = {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
+    dry = airflow("dags", "test", "blobgc_sweep", "-c", '{"dry_run": true}', env_extra=env)
+    output = dry.stdout + dry.stderr
+    assert dry.returncode == 0, output[-3000:]
+    assert [line for line in output.splitlines() if "[error" in line] == []
+    set_unused_since(conn, [r[0] for r in conn.execute("SELECT id FROM app.blob")], "3 days")
+    real = run_dag("blobgc_sweep", env_extra=env)  # in this process: the CLI's start-up is paid once above
+    assert real.returncode == 0, real.output[-3000:]
+    details = dict(conn.execute("SELECT dry_run, details FROM blobgc.run WHERE dag_id = 'blobgc_sweep'").fetchall())
+    assert details[True]["planned"]["rows_deleted"] == details[True]["objects"]["objects_deleted"] == 0
+    assert details[False]["planned"]["rows_deleted"] == 3
+    assert details[False]["objects"]["objects_deleted"] == 6
 
 
 def test_malformed_conf_is_refused_before_anything_runs(conn):

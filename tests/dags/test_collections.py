@@ -1,4 +1,4 @@
-"""The collecting DAGs over a collections file (CONTRACT §6), run as Airflow runs them (in-process DAG.test())."""
+"""The collecting DAGs over a collections file (docs/reference.md §6), run as Airflow runs them (in-process DAG.test())."""
 from __future__ import annotations
 
 from tests.helpers import object_keys, run_dag

@@ -30,7 +30,7 @@ EXPECTED_TASKS = {
     "blobgc_media_thumbnails": {"drain_thumbnail_queue", "plan_shards", "check_thumbnails", "gate",
                                 "owe_planned_objects", "delete_owed_objects", "report"},
 }
-# CONTRACT §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
+# docs/reference.md §4: the paste expiry has no grace Param of its own (a paste's expires_at is its grace), nor
 # does the generations DAG (its grace is the n-2 rule); its own Param is false_positive_rate
 # (the sweep's grace_hours is null: each collection's own grace_hours, which a given Param can only lengthen)
 GRACE_PARAMS = {"blobgc_mark": ("page_grace_days", 30), "blobgc_sweep": ("grace_hours", None),
@@ -99,7 +99,7 @@ def test_destructive_dag_params(dagbag, dag_id):
 
 @pytest.mark.parametrize("dag_id", ["blobgc_mark", "blobgc_sweep", "blobgc_reconcile", "blobgc_restore"])
 def test_the_collecting_dags_take_the_collections_param_defaulting_to_all(dagbag, dag_id):
-    assert dagbag.dags[dag_id].params["collections"] is None  # CONTRACT §6: a list of names; default all
+    assert dagbag.dags[dag_id].params["collections"] is None  # docs/reference.md §6: a list of names; default all
 
 
 def test_batch_size_over_1000_is_rejected(dagbag):

@@ -42,6 +42,20 @@ def test_install_writes_the_collection_dags_and_leaves_a_foreign_file_alone(tmp_
     assert (tmp_path / "blobgc_mark.py").read_text() == dag_file("blobgc_mark")
 
 
+def test_install_updates_blobgcs_own_file_of_an_earlier_version_whose_docstring_differs(tmp_path, capsys):
+    """1.5.0's blobgc_mark file cited a document since renamed (docs/reference.md): upgrading and installing again
+    rewrites it without --force, while a file with code of its own is still left alone."""
+    earlier = dag_file("blobgc_mark").replace("(docs/reference.md §6)", "(the contract §6)")
+    assert earlier != dag_file("blobgc_mark")
+    (tmp_path / "blobgc_mark.py").write_text(earlier)
+    assert main(["install", str(tmp_path), "blobgc_mark"]) == 0
+    assert capsys.readouterr().out.startswith("updated")
+    assert (tmp_path / "blobgc_mark.py").read_text() == dag_file("blobgc_mark")
+    (tmp_path / "blobgc_mark.py").write_text(earlier + "dag.tags.append('ours')\n")
+    with pytest.raises(SystemExit, match="exists and is not blobgc's file for blobgc_mark"):
+        main(["install", str(tmp_path), "blobgc_mark"])
+
+
 def test_install_refuses_an_unknown_dag_and_writes_nothing(tmp_path):
     with pytest.raises(SystemExit, match="unknown DAG"):
         main(["install", str(tmp_path), "blobgc_sweep", "blobgc_nope"])

@@ -8,11 +8,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 import zipfile
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +178,44 @@ def test_the_image_adds_only_what_the_demo_app_needs_pinned_as_the_local_stack()
                   if line and not line.startswith("#"))
     assert set(wanted) == {"pillow", "pillow-heif"}
     assert wanted == {name: pins[name] for name in wanted}
+
+
+# ---------------------------------------------------------------- issue 30: packaging without warnings
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_pyproject_declares_an_spdx_license_no_license_classifier_and_a_bounded_build_backend():
+    """PEP 639: `license` is an SPDX string (a table and License classifiers are deprecated by setuptools), and
+    the build backend has an upper bound that admits the setuptools requirements.txt pins (the no-isolation
+    builds of the install test and of this file use it)."""
+    project = pyproject()["project"]
+    assert project["license"] == "Apache-2.0"
+    assert [c for c in project.get("classifiers", []) if c.startswith("License ::")] == []
+    (setuptools,) = [Requirement(r) for r in pyproject()["build-system"]["requires"]
+                     if Requirement(r).name == "setuptools"]
+    assert any(spec.operator in ("<", "<=", "~=", "==") for spec in setuptools.specifier), setuptools
+    assert setuptools.specifier.contains("77.0.0")  # the first setuptools that reads an SPDX license string
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert setuptools.specifier.contains(pins["setuptools"]), (setuptools, pins["setuptools"])
+
+
+def test_building_the_wheel_prints_no_deprecation_warning(tmp_path):
+    """The wheel built as the install test builds it (a copy of what it is made of, the lock's setuptools),
+    verbosely, so that setuptools' warnings reach the output: none is a deprecation."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, source / part)
+    shutil.copytree(ROOT / "plugins" / "blobgc", source / "plugins" / "blobgc",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True,
+                           timeout=300)
+    output = built.stdout + built.stderr
+    assert built.returncode == 0, output
+    assert "Deprecat" not in output, [line for line in output.splitlines() if "eprecat" in line]
+    (wheel,) = (tmp_path / "dist").glob("blobgc-*.whl")
+    metadata = zipfile.ZipFile(wheel).read(f"blobgc-{wheel.name.split('-')[1]}.dist-info/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()

@@ -6,7 +6,10 @@ metadata database, DAG folder and (empty) plugins folder, and is pointed at the 
 S3 and Redis through the usual connections. Nothing of the checkout is on its path: the DAGs come from
 `python -m blobgc.dags install`, the plugin from the wheel's entry point, the SQL from package data.
 
-Its application is not the demo's: a `shop` schema of the team's own, declared in a collections file.
+Its application is not the demo's: a `shop` schema of the team's own, declared in a collections file, with a
+referencing table by foreign key (`shop.post`) and one only a `references` query follows (`shop.attachment`).
+blobgc works in it as a least-privilege role made by exactly the README's GRANT block (tests/support/grants.py)
+in a database whose PUBLIC privileges are revoked: that role migrates blobgc's schema and runs every DAG.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -23,31 +27,36 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from blobgc.core.clients import s3_client_from_env
-from tests.helpers import ROOT, object_keys
+from tests.helpers import ROOT, TEST_DB, backdate_object, object_keys
 from tests.support import install as support_install
+from tests.support.grants import REFERENCES_QUERY, readme_block, with_names
+from tests.support.grants import SHOP_SCHEMA as SHOP_TABLES
 
 pytestmark = pytest.mark.integration
 
-INSTALL_HOME = ROOT / ".blobgc" / "install-airflow"  # the installed Airflow's AIRFLOW_HOME
-METADATA_DB = "blobgc_install_airflow"  # the installed Airflow's own metadata database (kept between runs)
-APP_DB = "blobgc_install_app"  # the team's application database (made anew for each run)
-SHOP_SCHEMA = """
-CREATE SCHEMA shop;
-CREATE TABLE shop.upload (id bigint PRIMARY KEY, size_bytes bigint NOT NULL);
-CREATE TABLE shop.post (id bigint PRIMARY KEY, cover_id bigint NULL REFERENCES shop.upload);
+# A session with a test database of its own (BLOBGC_TEST_DB) installs beside the others, not over them.
+OWN = "" if TEST_DB == "blobgc_test" else f"_{TEST_DB}"
+INSTALL_HOME = ROOT / ".blobgc" / f"install-airflow{OWN}"  # the installed Airflow's AIRFLOW_HOME
+METADATA_DB = f"blobgc_install_airflow{OWN}"  # the installed Airflow's own metadata database (kept between runs)
+APP_DB = f"blobgc_install_app{OWN}"  # the team's application database (made anew for each run)
+ROLE = f"blobgc_install{OWN}"  # the README's least-privilege role, `blobgc` there (made anew for each run)
+SHOP_SCHEMA = SHOP_TABLES + """
 INSERT INTO shop.upload SELECT i, 10 * i FROM generate_series(1, 6) AS i;
 INSERT INTO shop.post VALUES (1, 1), (2, 2), (3, NULL);
+INSERT INTO shop.attachment (target_kind, target_id) VALUES ('upload', 3), ('invoice', 4);
 """
-REFERENCED, UNREFERENCED = [1, 2], [3, 4, 5, 6]
+# 1 and 2 by shop.post's foreign key, 3 by the references query on shop.attachment (4 is another kind's id)
+REFERENCED, UNREFERENCED = [1, 2, 3], [4, 5, 6]
+ORPHAN = "uploads/99/raw"  # an object no row forms: reconcile's
 
 
 def database_dsn(dsn: str, dbname: str) -> str:
     return make_conninfo(**{**conninfo_to_dict(dsn), "dbname": dbname})
 
 
-def url_of(dsn: str, dbname: str, scheme: str = "postgresql") -> str:
+def url_of(dsn: str, dbname: str, scheme: str = "postgresql", user: str | None = None) -> str:
     parts = conninfo_to_dict(dsn)
-    user = parts.get("user", "postgres")
+    user = user or parts.get("user", "postgres")
     return f"{scheme}://{user}@{parts.get('host', '127.0.0.1')}:{parts.get('port', 5432)}/{dbname}"
 
 
@@ -71,6 +80,7 @@ def install(stack, installed_python):
         folder.mkdir(parents=True)
     bucket = f"install-{uuid.uuid4().hex[:10]}"
     s3_client_from_env().create_bucket(Bucket=bucket)
+    s3_client_from_env().put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     collections = home / "collections.yaml"
     collections.write_text(
         "collections:\n"
@@ -80,15 +90,20 @@ def install(stack, installed_python):
         "    size: size_bytes\n"
         f"    bucket: {bucket}\n"
         "    keys: ['uploads/{id}/raw']\n"
-        "    grace_hours: 0\n")
+        "    grace_hours: 0\n"
+        f"    references: [\"{REFERENCES_QUERY}\"]\n")
     dsn = stack["BLOBGC_PG_DSN"]
     with psycopg.connect(dsn, autocommit=True) as admin:
         if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [METADATA_DB]).fetchone():
             admin.execute(f"CREATE DATABASE {METADATA_DB}")
         admin.execute(f"DROP DATABASE IF EXISTS {APP_DB} WITH (FORCE)")
+        admin.execute(f"DROP ROLE IF EXISTS {ROLE}")
         admin.execute(f"CREATE DATABASE {APP_DB}")
-    with psycopg.connect(database_dsn(dsn, APP_DB), autocommit=True) as app:
+    with psycopg.connect(database_dsn(dsn, APP_DB), autocommit=True) as app:  # the team's DBA, once
+        app.execute(f"REVOKE ALL ON DATABASE {APP_DB} FROM PUBLIC")  # a hardened database: every grant counts
         app.execute(SHOP_SCHEMA)
+        for statement in readme_block():  # exactly the README's block, with this test's role and database
+            app.execute(with_names(statement, ROLE, APP_DB))
 
     bin_dir = installed_python.parent
     keep = {k: v for k, v in os.environ.items()
@@ -109,8 +124,9 @@ def install(stack, installed_python):
         "BLOBGC_TASK_RETRIES": "0",
     }
 
-    def run(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), cwd=home, env=env, capture_output=True, text=True, timeout=timeout)
+    def run(*argv: str, timeout: int = 600, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), cwd=home, env={**env, **(env_extra or {})}, capture_output=True, text=True,
+                              timeout=timeout)
 
     def ok(*argv: str, timeout: int = 600) -> str:
         result = run(*argv, timeout=timeout)
@@ -121,7 +137,7 @@ def install(stack, installed_python):
     # database, as `airflow connections add` does it (S3 and Redis come from the environment, as AIRFLOW_CONN_*)
     ok("airflow", "db", "migrate")
     run("airflow", "connections", "delete", "blobgc_postgres")
-    ok("airflow", "connections", "add", "blobgc_postgres", "--conn-uri", url_of(dsn, APP_DB))
+    ok("airflow", "connections", "add", "blobgc_postgres", "--conn-uri", url_of(dsn, APP_DB, user=ROLE))
     ok("python", "-m", "blobgc.dags", "install", str(dags), "--collections")
     ok("python", "-m", "blobgc.migrate", "--conn-id", "blobgc_postgres")
     ok("airflow", "pools", "set", "blobgc_s3", "4", "S3 batch deletes (blobgc)")
@@ -130,10 +146,12 @@ def install(stack, installed_python):
     s3 = s3_client_from_env()
     for i in REFERENCED + UNREFERENCED:
         s3.put_object(Bucket=bucket, Key=f"uploads/{i}/raw", Body=b"x" * (10 * i))
+    s3.put_object(Bucket=bucket, Key=ORPHAN, Body=b"orphan")
+    backdate_object(bucket, ORPHAN, 2 * 3600)  # past reconcile's age floor of 1 hour
     yield {"run": run, "ok": ok, "dags": dags, "bucket": bucket, "app_dsn": database_dsn(dsn, APP_DB), "s3": s3}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        for item in page.get("Contents", []):
-            s3.delete_object(Bucket=bucket, Key=item["Key"])
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
+            s3.delete_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])
     s3.delete_bucket(Bucket=bucket)
 
 
@@ -170,17 +188,71 @@ def test_the_install_command_writes_one_short_file_per_dag(install):
     assert created_paused.strip().splitlines()[-1] == "True"
 
 
-def test_mark_and_sweep_from_the_installed_package_collect_the_teams_own_table(install):
-    install["ok"]("airflow", "dags", "test", "blobgc_mark")
-    install["ok"]("airflow", "dags", "test", "blobgc_sweep", "-c", json.dumps({"grace_hours": 0}))
+def runs_of(install, dag_id: str) -> list[tuple[str, bool]]:
+    with psycopg.connect(install["app_dsn"]) as app:
+        return app.execute("SELECT run_id, dry_run FROM blobgc.run WHERE dag_id = %s ORDER BY started_at",
+                           [dag_id]).fetchall()
+
+
+def test_the_readme_role_migrates_marks_sweeps_reconciles_and_restores_the_teams_own_table(install):
+    """As the role the README's GRANT block makes, and nothing more: migrate (the fixture), mark, a dry run and a
+    real run of the sweep, reconcile and restore, each from the installed package."""
+    ok, s3, bucket = install["ok"], install["s3"], install["bucket"]
+    with psycopg.connect(install["app_dsn"]) as app:  # the role migrated blobgc's schema, and owns its tables
+        owners = {r[0] for r in app.execute("SELECT tableowner FROM pg_tables WHERE schemaname = 'blobgc'")}
+    assert owners == {ROLE}
+    ok("airflow", "dags", "test", "blobgc_mark")
+    ok("airflow", "dags", "test", "blobgc_sweep", "-c", json.dumps({"dry_run": True}))
+    with psycopg.connect(install["app_dsn"]) as app:
+        planned = app.execute("SELECT rows_deleted FROM blobgc.run WHERE dag_id = 'blobgc_sweep' AND dry_run"
+                              ).fetchone()
+        assert sorted(r[0] for r in app.execute("SELECT id FROM shop.upload")) == REFERENCED + UNREFERENCED
+    assert planned == (len(UNREFERENCED),)
+    ok("airflow", "dags", "test", "blobgc_sweep", "-c", json.dumps({"grace_hours": 0}))
     with psycopg.connect(install["app_dsn"]) as app:
         left = sorted(r[0] for r in app.execute("SELECT id FROM shop.upload"))
         reclaimed = app.execute("SELECT sum(rows_deleted), sum(objects_deleted), sum(bytes_reclaimed) "
                                 "FROM blobgc.reclaim_daily_by_collection WHERE collection = 'uploads' "
                                 "AND NOT dry_run").fetchone()
     assert left == REFERENCED
-    assert object_keys(install["s3"], install["bucket"]) == {f"uploads/{i}/raw" for i in REFERENCED}
+    assert object_keys(s3, bucket) == {f"uploads/{i}/raw" for i in REFERENCED} | {ORPHAN}
     assert reclaimed == (len(UNREFERENCED), len(UNREFERENCED), sum(10 * i for i in UNREFERENCED))
+
+    ok("airflow", "dags", "test", "blobgc_reconcile", "-c", json.dumps({"min_age_hours": 1}))
+    assert object_keys(s3, bucket) == {f"uploads/{i}/raw" for i in REFERENCED}
+
+    ((swept, _dry),) = [r for r in runs_of(install, "blobgc_sweep") if not r[1]]
+    ok("airflow", "dags", "test", "blobgc_restore", "-c",
+       json.dumps({"run_id": swept, "source_dag_id": "blobgc_sweep"}))
+    with psycopg.connect(install["app_dsn"]) as app:
+        assert sorted(r[0] for r in app.execute("SELECT id FROM shop.upload")) == REFERENCED + UNREFERENCED
+    assert object_keys(s3, bucket) == {f"uploads/{i}/raw" for i in REFERENCED + UNREFERENCED}
+
+
+def test_a_dry_run_without_a_grant_the_real_run_needs_fails_its_first_task_at_once_naming_the_grant(install):
+    """The reported bug: the dry run passed and the real sweep failed on FOR UPDATE. Without UPDATE on the blob
+    table the dry run's first task fails, with the default 3 retries configured, once and at once (its retry
+    would wait BLOBGC_RETRY_DELAY_SECONDS), naming the privilege and its GRANT; nothing is recorded."""
+    before = runs_of(install, "blobgc_sweep")
+    with psycopg.connect(install["app_dsn"], autocommit=True) as app:
+        app.execute(f"REVOKE UPDATE ON shop.upload FROM {ROLE}")
+    retry_delay = 300
+    try:
+        started = time.monotonic()
+        result = install["run"]("airflow", "dags", "test", "blobgc_sweep", "-c", json.dumps({"dry_run": True}),
+                                env_extra={"BLOBGC_TASK_RETRIES": "3", "BLOBGC_RETRY_DELAY_SECONDS": str(retry_delay)})
+        elapsed = time.monotonic() - started
+    finally:
+        with psycopg.connect(install["app_dsn"], autocommit=True) as app:
+            app.execute(f"GRANT UPDATE ON shop.upload TO {ROLE}")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-4000:]
+    assert elapsed < retry_delay / 2, (elapsed, output[-4000:])
+    assert "UPDATE on table shop.upload: the real blobgc_sweep claims the rows of collection 'uploads'" in output
+    assert f"GRANT UPDATE ON shop.upload TO {ROLE};" in output, output[-4000:]
+    assert output.count("[DAG TEST] starting task_id=plan_shards") == 1, output[-4000:]  # run once, not retried
+    assert "new_state=failed" in output and "up_for_retry" not in output.lower(), output[-4000:]
+    assert runs_of(install, "blobgc_sweep") == before  # failed before the run was recorded
 
 
 def test_a_dag_enabled_without_its_tables_fails_its_first_task_naming_them(install):

@@ -54,7 +54,7 @@ def test_report_collects_runs_owed_deletions_and_reconcile_findings(conn):
 
 
 def test_the_report_filters_the_daily_figures_by_collection(conn):
-    """CONTRACT §6: blobgc.reclaim_daily_by_collection, and the page's filter by collection."""
+    """docs/reference.md §6: blobgc.reclaim_daily_by_collection, and the page's filter by collection."""
     with conn.transaction():
         conn.execute("INSERT INTO blobgc.run (dag_id, run_id, dry_run, finished_at, rows_deleted, objects_deleted, "
                      "bytes_reclaimed) VALUES ('blobgc_sweep', 'c1', false, now(), 5, 7, 700)")

@@ -1,4 +1,4 @@
-"""A second application, shaped unlike the demo, for the collections tests (CONTRACT §6).
+"""A second application, shaped unlike the demo, for the collections tests (docs/reference.md §6).
 
 `shop_<n>.upload` has bigint ids, objects keyed by two columns (`uploads/{sha}.{ext}`, content
 addressed: two uploads of the same bytes share one object) plus a per-row thumbnail

@@ -2,7 +2,7 @@
 after forgetting the page usages that were not confirmed within the page grace.
 
 `app_blob` keeps its mark in its own columns (`unused`, stamped `updated_at`, and `visibility`,
-CONTRACT §3): `mark_unused_blobs`. Every other collection keeps it in blobgc's own table
+docs/reference.md §3): `mark_unused_blobs`. Every other collection keeps it in blobgc's own table
 `blobgc.mark_<name>`, which holds the ids found unused and since when: `mark_collection`. Nothing
 is ever written to a user's table.
 

@@ -15,7 +15,7 @@ shared object for another row, which a later run then deleted. Such a row is rep
 naming the run that deleted the object (restore that run first), and is not put back.
 
 Rows come back only where the deletion log holds their image (`blobgc.deletion_log.rows`): the
-collections' rows (CONTRACT §6), whose sweep logs each deleted row. app_blob's return *used*
+collections' rows (docs/reference.md §6), whose sweep logs each deleted row. app_blob's return *used*
 (`unused = false`, `updated_at = now()`); any other collection's return as they were, with no mark,
 so the next mark starts their grace again. Either way no sweep takes them again before a mark has
 looked at their references. For every other source the report says, per source, why its rows
@@ -39,6 +39,7 @@ from botocore.exceptions import ClientError
 from psycopg import sql
 
 from blobgc.core import queries
+from blobgc.core.catalog import table_exists
 from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, bound_app_blob
 from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, object_stats, versioning_status
 from blobgc.core.results import TaskResult
@@ -277,6 +278,8 @@ def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -
     params = plan.params(run)
     if plan.sources is not None and "app.blob" not in plan.sources:
         log.info("app.blob is not among the collections restored")
+    elif not table_exists(conn, "app.blob"):  # a database of collections only: no app_blob row to put back
+        log.info("this database has no app.blob: no app_blob rows to restore")
     else:
         rows = logged_rows(conn, run, plan, bound_app_blob(""))
         refused = rows_missing_objects(conn, s3, run, plan, rows)

@@ -15,8 +15,10 @@ column never loses a row created after the cut-off, whatever its mark says.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -37,6 +39,7 @@ from blobgc.core.references import (
     ReferencesChanged,
     check_unchanged,
     discover_references,
+    referenced_ids_query,
     unreferenced_condition,
 )
 from blobgc.core.results import TaskResult, local
@@ -61,6 +64,8 @@ class SweepResult(TaskResult):
     kept_referenced: int = 0
     batches: int = 0
     sample_keys: list[str] = local()
+    # collection -> why the rows of the task's id range were or were not planned (`count_not_planned`)
+    not_planned: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -189,22 +194,130 @@ def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found
     return [i for i in ids if str(i) not in changed]
 
 
+# The counts of the run details' `not_planned` (per collection): every row considered is in exactly one of the others.
+NOT_PLANNED_COUNTS = ("considered", "planned", "referenced", "not_marked", "within_grace", "young_created_at")
+
+
+def count_not_planned(conn: psycopg.Connection, bound: BoundCollection, refs: ReferenceSet, *, cutoff: datetime,
+                      grace: timedelta, key_range: KeyRange = (None, None)) -> dict[str, Any]:
+    """Why the rows of one id range are or are not in the plan, in one set-based statement: the first run on a fresh
+    install then says why it plans nothing (not marked yet, or unused but within the grace) and when it will.
+
+    Each row counts once, in the first of: referenced now; not marked unused (app_blob's `unused` false, or no row
+    in `blobgc.mark_<name>`: no mark has found it unused yet); unused since the cut-off or later (`within_grace`);
+    created since the cut-off or later (`young_created_at`); else planned. `first_eligible_at` is the earliest
+    moment a row of the last two becomes eligible: the later of its unused-since and created_at, plus `grace`.
+    """
+    c = bound.collection
+    created_at = (sql.SQL("t.{c}::timestamptz").format(c=sql.Identifier(c.created_at)) if c.created_at
+                  else sql.SQL("NULL::timestamptz"))
+    parts: dict[str, sql.Composable] = {"created_at": created_at, "referenced": referenced_ids_query(refs, "range")}
+    if c.column_mode:  # app_blob's own columns
+        parts.update(unused=sql.SQL("t.unused"), unused_since=sql.SQL("t.updated_at"), mark_join=sql.SQL(""))
+    else:  # blobgc.mark_<name>; before the collection's first real mark there is none: no row has been found unused
+        marks = c.mark_table if bound.mark_table_exists(conn) else sql.SQL(
+            "(SELECT NULL::{t} AS id, NULL::timestamptz AS unused_since WHERE false)").format(t=sql.SQL(bound.id_type))
+        parts.update(unused=sql.SQL("m.id IS NOT NULL"), unused_since=sql.SQL("m.unused_since"),
+                     mark_join=sql.SQL("LEFT JOIN {marks} AS m ON m.id = t.{id}").format(
+                         marks=marks, id=sql.Identifier(c.id)))
+    statement = bound.statement("sweep/count_row_states", **parts)
+    row = conn.execute(statement, {"cutoff": cutoff, "lo": key_range[0], "hi": key_range[1]}).fetchone()
+    counts: dict[str, Any] = {name: int(n) for name, n in zip(NOT_PLANNED_COUNTS, row[:-1], strict=True)}
+    waiting_since = row[-1]
+    counts["first_eligible_at"] = ((waiting_since + grace).astimezone(timezone.utc).isoformat()
+                                   if waiting_since is not None else None)
+    counts["grace_hours"] = grace.total_seconds() / 3600
+    return counts
+
+
+def merge_not_planned(entries: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Several id ranges' `not_planned` (collection -> counts) as one: counts summed, the earliest first_eligible_at."""
+    merged: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        for name, counts in entry.items():
+            into = merged.setdefault(name, {**{n: 0 for n in NOT_PLANNED_COUNTS}, "first_eligible_at": None})
+            for n in NOT_PLANNED_COUNTS:
+                into[n] += int(counts.get(n) or 0)
+            first = counts.get("first_eligible_at")
+            if first and (into["first_eligible_at"] is None
+                          or datetime.fromisoformat(first) < datetime.fromisoformat(into["first_eligible_at"])):
+                into["first_eligible_at"] = first
+            if counts.get("grace_hours") is not None:
+                into["grace_hours"] = max(float(counts["grace_hours"]), float(into.get("grace_hours", 0)))
+    return merged
+
+
+def explain_not_planned(name: str, counts: Mapping[str, Any]) -> str:
+    """One collection's (or id range's) `not_planned` counts in plain English, for the plan and report tasks' logs."""
+    hours = counts.get("grace_hours")
+    grace = f"{hours:g} h" if hours is not None else "the grace"
+    first = counts.get("first_eligible_at")
+    when = f"{datetime.fromisoformat(first).astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC" if first else None
+    within, young = int(counts.get("within_grace", 0)), int(counts.get("young_created_at", 0))
+    parts = [f"{int(counts.get('planned', 0)):,} planned"]
+    if when and not young:
+        parts.append(f"{within:,} unused but within their grace until {when} (grace {grace} from the mark that "
+                     "found them unused)")
+    else:
+        parts.append(f"{within:,} unused but within their grace ({grace} from the mark that found them unused)")
+    if young:
+        parts.append(f"{young:,} unused but created less than {grace} ago (created_at)")
+    parts.append(f"{int(counts.get('referenced', 0)):,} referenced")
+    not_marked = int(counts.get("not_marked", 0))
+    if not_marked:
+        parts.append(f"{not_marked:,} not marked unused yet (no mark has found them unused since they appeared: run "
+                     "blobgc_mark first; the grace counts from the first mark)")
+    line = f"{name}: {int(counts.get('considered', 0)):,} rows considered: " + ", ".join(parts)
+    if when and young:
+        line += f"; the first of them becomes eligible at {when}"
+    return line
+
+
+@dataclass
+class NotPlannedReport(TaskResult):
+    """The report's `not_planned`, gathered from the planning tasks' results (`SweepResult.not_planned`, one id range
+    each): collection -> rows considered and why those not planned were not, summed over the ranges. Its XCom form
+    is that mapping itself, and gathering it logs one line per collection (`explain_not_planned`)."""
+
+    not_planned: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_xcom(self) -> dict[str, Any]:
+        return self.not_planned
+
+    @classmethod
+    def from_xcom(cls, data: dict[str, Any] | None) -> NotPlannedReport:
+        return cls(cls.total([data] if data else []))
+
+    @classmethod
+    def total(cls, parts: list[dict[str, Any]] | None) -> dict[str, Any]:
+        merged = merge_not_planned((part or {}).get("not_planned") or {} for part in parts or [])
+        for name, counts in sorted(merged.items()):
+            log.info("%s", explain_not_planned(name, counts))
+        return merged
+
+
 def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
                     cutoff: datetime, batch_size: int = 1000, key_range: KeyRange = (None, None)) -> SweepResult:
     """Plan the sweep of one id range of a collection: every row unused since before `cutoff` that no reference
     points at now, a batch at a time, into `run`'s plan (`blobgc.core.plans`) with the objects it owns.
 
     Nothing is locked or deleted. On a dry run this is also the run's report (counts and deletion log, as
-    before plans existed). A retried task plans its range again from scratch.
+    before plans existed). A retried task plans its range again from scratch. The result's `not_planned` says why
+    the range's other rows were not planned (`count_not_planned`; the grace is the run's reference time minus
+    `cutoff`, or the collection's own for a run without one), and the log says it in words.
     """
     lo, hi = key_range
     part = range_part(key_range, bound.name)
     restart_planning(conn, run, part)
+    grace = (run.reference_time - cutoff if run.reference_time is not None
+             else timedelta(hours=bound.collection.grace_hours))
+    counts = count_not_planned(conn, bound, refs, cutoff=cutoff, grace=grace, key_range=key_range)
+    log.info("%s", explain_not_planned(f"{bound.name} {range_part(key_range)}", counts))
+    result = SweepResult(not_planned={bound.name: counts})
     if not bound.collection.column_mode and not bound.mark_table_exists(conn):
-        log.info("collection %s has not been marked yet: nothing to plan", bound.name)
-        return SweepResult()
+        log.info("collection %s has not been marked yet: nothing to plan (run blobgc_mark first)", bound.name)
+        return result
     found = statements(bound, refs, dry_run=True)
-    result = SweepResult()
     after: str | None = None
     while True:
         with conn.transaction():

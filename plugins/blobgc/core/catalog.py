@@ -9,8 +9,8 @@ from blobgc.core import queries
 
 
 def missing_tables(conn: psycopg.Connection, names: Iterable[str]) -> list[str]:
-    """The tables among `names` (schema-qualified) that the database does not have, or this role cannot see,
-    in the order given."""
+    """The tables among `names` (schema-qualified) that the database does not have, in the order given (by name:
+    one in a schema this role may not use is there, and asking needs no privilege)."""
     return [row[0] for row in conn.execute(queries.load("catalog/select_missing_tables"), {"names": list(names)})]
 
 

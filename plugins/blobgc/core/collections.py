@@ -1,6 +1,7 @@
-"""Collections (CONTRACT §6): any PostgreSQL table of blobs whose objects live in S3, declared in a YAML file.
+"""Collections (docs/reference.md §6): any PostgreSQL table of blobs whose objects live in S3, declared in a YAML file.
 
-The file is `$BLOBGC_COLLECTIONS`, or `include/collections.yaml` when that is unset:
+The file is `$BLOBGC_COLLECTIONS`, or `$AIRFLOW_HOME/include/collections.yaml` when that is unset (run from a
+checkout of this repository: the checkout's `include/collections.yaml`):
 
     collections:
       uploads:                          # name: [a-z][a-z0-9_]*, unique
@@ -35,7 +36,7 @@ the look-up to rows whose first comparable column holds a value some reading giv
 decide. A key with no reading whose values fit their columns' text forms (`text_form_of`: a bigint is
 digits, a uuid is lower-case hex) is of no template's shape: reconcile reports it and never deletes it.
 
-`app_blob` (the demo's `app.blob`) keeps its mark state in its own columns (CONTRACT §3); every
+`app_blob` (the demo's `app.blob`) keeps its mark state in its own columns (docs/reference.md §3); every
 other collection keeps it in blobgc's own table `blobgc.mark_<name>`, and no column is ever added
 to a user's table.
 """
@@ -64,7 +65,7 @@ from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-COLUMN_MODE = "app_blob"  # the one collection whose mark state lives in its own table's columns (CONTRACT §3)
+COLUMN_MODE = "app_blob"  # the one collection whose mark state is its own table's columns (docs/reference.md §3)
 COLUMN_MODE_TABLE = "app.blob"
 DEFAULT_S3_CONN_ID = "blobgc_s3"
 DEFAULT_GRACE_HOURS = 24.0
@@ -108,6 +109,11 @@ def collections_path() -> Path:
     if (checkout / "plugins" / "blobgc").is_dir():
         return checkout / "include" / "collections.yaml"
     return Path(os.environ.get("AIRFLOW_HOME") or ".") / "include" / "collections.yaml"
+
+
+def file_named(path: Path | None = None) -> str:
+    """How an error names the collections file: by its path (`collections_path()` unless given)."""
+    return f"collections file {path or collections_path()}"
 
 
 # ---------------------------------------------------------------------------------------------- templates
@@ -258,7 +264,7 @@ class Collection(BaseModel):
 
     @property
     def column_mode(self) -> bool:
-        """True for app_blob on app.blob: its mark state is its own `unused`/`updated_at` columns (CONTRACT §3)."""
+        """True for app_blob on app.blob: its mark state is its own `unused`/`updated_at` (docs/reference.md §3)."""
         return self.name == COLUMN_MODE and self.table == COLUMN_MODE_TABLE
 
     @property
@@ -384,7 +390,7 @@ def load_collections(path: Path | None = None, *, default_bucket: str = "blobgc"
     except OSError as error:
         raise CollectionsError(f"cannot read the collections file {path} ({error.strerror or error}); "
                                "set BLOBGC_COLLECTIONS to its path") from error
-    return parse_collections(text, source=f"collections file {path}", default_bucket=default_bucket)
+    return parse_collections(text, source=file_named(path), default_bucket=default_bucket)
 
 
 def select(collections: Mapping[str, Collection], names: Iterable[str] | None) -> list[Collection]:
@@ -394,8 +400,8 @@ def select(collections: Mapping[str, Collection], names: Iterable[str] | None) -
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in collections]
     if unknown:
-        raise CollectionsError(f"Param collections names {unknown}, which the collections file does not declare "
-                               f"(it has {sorted(collections)})")
+        raise CollectionsError(f"Param collections names {unknown}, which the {file_named()} does not "
+                               f"declare (it has {sorted(collections)})")
     return [collections[n] for n in wanted]
 
 
@@ -475,13 +481,13 @@ class BoundCollection:
         return table_exists(conn, f"blobgc.mark_{self.name}")
 
 
-# The demo's app.blob as CONTRACT §6's example file declares it (what include/collections.yaml holds).
+# The demo's app.blob as docs/reference.md §6's example file declares it (what include/collections.yaml holds).
 APP_BLOB = Collection(name=COLUMN_MODE, table=COLUMN_MODE_TABLE, id="id", created_at="created_at", size="size_bytes",
                       keys=["blobs/{id}/raw", "blobs/{id}/thumbnail"])
 
 
 def bound_app_blob(bucket: str) -> BoundCollection:
-    """APP_BLOB bound without asking the catalog: its columns are CONTRACT §3's."""
+    """APP_BLOB bound without asking the catalog: its columns are docs/reference.md §3's."""
     return BoundCollection(APP_BLOB, {"id": "text", "created_at": "timestamp with time zone", "size_bytes": "bigint"},
                            bucket)
 
@@ -597,8 +603,10 @@ FROM pg_index i WHERE i.indrelid = %(table)s::regclass AND i.indpred IS NULL
 
 
 def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: str,
-         source: str = "collections file") -> BoundCollection:
-    """Check one collection against the database now; raise CollectionsError naming the collection and field."""
+         source: str | None = None) -> BoundCollection:
+    """Check one collection against the database now; raise CollectionsError naming the file (`source`, default
+    `file_named()`), the collection and the field."""
+    source = source or file_named()
 
     def fail(field: str, message: str) -> CollectionsError:
         return CollectionsError(f"{source}: collection {collection.name!r}, field {field!r}: {message}")

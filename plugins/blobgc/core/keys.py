@@ -182,7 +182,7 @@ def keep_thumbnails_with_a_master(_layout: KeyLayout, _conn, s3, bucket: str, ke
 
 
 # --------------------------------------------------------------------------------------- seed 000: blobs
-# Any text id (CONTRACT §3: app.blob.id is text): the fixed suffix makes the reading unique, `/` included.
+# Any text id (docs/reference.md §3: app.blob.id is text): the fixed suffix makes the reading unique, `/` included.
 BLOB_OBJECTS = KeyLayout("app.blob", "blobs/", 1, re.compile(r"blobs/(?P<id>.+)/(?:raw|thumbnail)", re.DOTALL),
                          row_guard("app", "blob", "id"))
 
@@ -357,7 +357,7 @@ def load_checked_collections(conn: psycopg.Connection, *, default_bucket: str) -
     """The collections file, checked for shape and for prefixes: per bucket, against each other and against every
     seed layout whose table exists (a collection may not take over blobgc's own `pastes/`, say)."""
     declared = collections.load_collections(default_bucket=default_bucket)
-    collections.check_prefixes(declared, source=f"collections file {collections.collections_path()}",
+    collections.check_prefixes(declared, source=collections.file_named(),
                                default_bucket=default_bucket, reserved=seed_prefixes(conn, default_bucket))
     return declared
 
@@ -403,8 +403,8 @@ def judge_collection_keys(conn: psycopg.Connection, source: str, bucket: str, ke
     except collections.CollectionsError as error:
         return Verdict(stay_owed={key: f"the collections file does not check: {error}" for key in keys})
     if name not in declared:
-        return Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the collections file "
-                                       f"{collections.collections_path()}: its owed keys stay owed until it is "
+        return Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the "
+                                       f"{collections.file_named()}: its owed keys stay owed until it is "
                                        "declared again (or an operator deletes them)" for key in keys})
     if declared[name].bucket_or(default_bucket) != bucket:
         return Verdict(stay_owed={key: f"collection {name!r} keeps its objects in bucket "

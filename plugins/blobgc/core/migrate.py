@@ -16,6 +16,10 @@ failure.
 
 Each applied version is recorded with its file's sha256, and a file edited after it was applied is refused
 (MigrationChanged), except for the versions a `legacy` function names (see legacy_versions).
+
+blobgc's numbering starts at 0002_blobgc_schema: 0001_app_schema created the demo application's tables and
+moved to plugins/demo_app/migrations/ (LEGACY_VERSIONS). Databases record each migration by its name, so the
+files are never renumbered; a run reports what it applied by name (`summary`).
 """
 from __future__ import annotations
 
@@ -33,7 +37,9 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from blobgc.core import queries
 from blobgc.core.catalog import table_exists
+from blobgc.core.privileges import check_migrate_privileges
 from blobgc.core.queries import sql_root
 from blobgc.core.settings import ConfigurationError
 
@@ -53,8 +59,10 @@ LEGACY_VERSIONS = frozenset({
 })
 LEGACY_MARKER = "0001_app_schema"
 
+# A schema that exists (made by a DBA, say) is not created again: CREATE SCHEMA IF NOT EXISTS needs CREATE on the
+# database even then, as PostgreSQL checks the privilege before it looks (see without_existing_schemas).
+CREATE_SCHEMA = re.compile(r"^CREATE SCHEMA IF NOT EXISTS ([a-z_][a-z0-9_]*);[ \t]*$", re.MULTILINE | re.IGNORECASE)
 BOOKKEEPING = """
-CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {table} (
     version     text PRIMARY KEY,
     checksum    text NOT NULL,
@@ -124,6 +132,7 @@ def apply_migrations(
     autocommit = conn.autocommit
     conn.autocommit = True
     try:
+        check_migrate_privileges(conn, *table.split("."))  # before anything runs: a missing grant, named with its GRANT
         with advisory_lock(conn, lock), session_lock_timeout(conn, timeout):
             return apply_pending(conn, migrations(folder), table, legacy, timeout)
     finally:
@@ -166,7 +175,9 @@ def apply_pending(conn: psycopg.Connection, pending: list[tuple[str, str]], tabl
                   timeout: str) -> list[str]:
     schema, name = table.split(".")
     table_id = sql.Identifier(schema, name)
-    conn.execute(sql.SQL(BOOKKEEPING).format(schema=sql.Identifier(schema), table=table_id))
+    if not schema_exists(conn, schema):
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    conn.execute(sql.SQL(BOOKKEEPING).format(table=table_id))
     recorded = dict(conn.execute(sql.SQL("SELECT version, checksum FROM {}").format(table_id)).fetchall())
     old = legacy(conn, recorded)
     applied_now: list[str] = []
@@ -184,14 +195,30 @@ def apply_pending(conn: psycopg.Connection, pending: list[tuple[str, str]], tabl
     return applied_now
 
 
+def without_existing_schemas(conn: psycopg.Connection, text: str) -> str:
+    """`text` with each `CREATE SCHEMA IF NOT EXISTS s;` line of a schema that exists made a comment: PostgreSQL
+    checks CREATE on the database before it looks whether the schema exists, and a role given only USAGE and
+    CREATE on a schema a DBA made would fail there. The file's checksum is its own text's, unchanged."""
+
+    def unless_it_exists(found: re.Match[str]) -> str:
+        return f"-- schema {found[1]} exists: not created again" if schema_exists(conn, found[1]) else found[0]
+
+    return CREATE_SCHEMA.sub(unless_it_exists, text)
+
+
+def schema_exists(conn: psycopg.Connection, schema: str) -> bool:
+    return conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}).fetchone()[0]
+
+
 def apply_one(conn: psycopg.Connection, table_id: sql.Identifier, version: str, text: str, timeout: str) -> None:
+    run = without_existing_schemas(conn, text)
     try:
         if transactional(text):
             with conn.transaction():
-                conn.execute(text)
+                conn.execute(run)
                 record(conn, table_id, version, text)
         else:
-            for statement in statements(text):
+            for statement in statements(run):
                 conn.execute(statement)
             record(conn, table_id, version, text)
     except psycopg.errors.LockNotAvailable as error:
@@ -235,6 +262,20 @@ def status(conn: psycopg.Connection, folder: Path | None = None, table: str = TA
     return "\n".join([f"{table}: {len(lines) - len(pending)} applied, {len(pending)} pending", *lines])
 
 
+def span(versions: list[str]) -> str:
+    """`versions` named: one, two, or the first and the last of more."""
+    return " … ".join([versions[0], versions[-1]]) if len(versions) > 2 else ", ".join(versions)
+
+
+def summary(table: str, applied: list[str], versions: list[str]) -> str:
+    """A run's report: the migrations it applied, by name, and those the database had before, out of `versions`."""
+    before = len(versions) - len(applied)
+    now = (f"{len(applied)} migration{'' if len(applied) == 1 else 's'} applied now ({span(applied)})" if applied
+           else "no migration to apply")
+    latest = f"; the schema is at {versions[-1]}" if versions else ""
+    return f"{table}: {now}, {before} of {len(versions)} applied before{latest}"
+
+
 def main(argv: list[str] | None = None, **options) -> int:
     """Migrate the database BLOBGC_PG_DSN names (`--status`: list what is applied and pending instead);
     `options` are apply_migrations's (blobgc's by default)."""
@@ -247,11 +288,14 @@ def main(argv: list[str] | None = None, **options) -> int:
         with psycopg.connect(dsn) as conn:
             print(status(conn, options.get("folder"), options.get("table", TABLE)))
         return 0
-    with psycopg.connect(dsn) as conn:
-        applied = apply_migrations(conn, **options)
-    table = options.get("table", TABLE)
-    total = len(migrations(options.get("folder")))
-    print(f"[migrate] {table}: {len(applied)} applied, {total - len(applied)} already there")
+    try:
+        with psycopg.connect(dsn) as conn:
+            applied = apply_migrations(conn, **options)
+    except ConfigurationError as error:  # a missing grant: named, with its GRANT, not a traceback
+        print(f"[migrate] {error}", file=sys.stderr)
+        return 2
+    versions = [version for version, _ in migrations(options.get("folder"))]
+    print(f"[migrate] {summary(options.get('table', TABLE), applied, versions)}")
     return 0
 
 

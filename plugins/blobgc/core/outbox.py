@@ -18,7 +18,9 @@ LastModified) is always asked, and kept when its object was written at or after 
 **One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
 retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
 attempts, parked: still owed, shown in the reclaim report and the `.parked` metric, skipped by
-drains until an operator unparks it (`unpark_owed_deletions`). A key its guard cannot judge (a
+drains until an operator unparks it (`unpark_owed_deletions`). A whole call refused so (the bucket is
+missing, or refuses blobgc) is also returned (`DrainResult.refused`): the DAG's last drain task fails on
+it at once, without retries, naming the bucket and what points at it. A key its guard cannot judge (a
 collection the file no longer declares, a key no template forms) is parked at once, with the guard's
 reason, and the rest of the drain goes on. A transient failure (S3 down,
 throttled) keeps its keys owed and fails the task after the rest has drained, so Airflow retries it.
@@ -76,6 +78,9 @@ class DrainResult(TaskResult):
     owed_after: int = 0
     parked: int = 0
     errors: list[BaseException] = local()  # transient failures of whole calls
+    # whole calls refused for good (NoSuchBucket, AccessDenied), first per bucket: bucket -> (source, error); the keys
+    # stay owed, and the DAG's last drain step fails at once naming the bucket (`blobgc.dag_kit.unfixable`)
+    refused: dict[str, tuple[str, BaseException]] = local(dict)
     by_collection: dict[str, tuple[int, int]] = local(dict)  # collection -> (objects, bytes) deleted
 
 
@@ -267,6 +272,8 @@ def delete_owed_objects(
             result.failed += part.failed
             result.absent += part.absent
             result.errors += part.errors
+            for bucket, refusal in part.refused.items():
+                result.refused.setdefault(bucket, refusal)
     owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
     result.owed_after, result.parked = owed, parked
     if parked:
@@ -303,6 +310,8 @@ def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrenc
         result.failed += settled.failed
         result.absent += settled.absent
         result.errors += settled.errors
+        for bucket, refusal in settled.refused.items():
+            result.refused.setdefault(bucket, refusal)
         log.info("deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
                  settled.objects_deleted, human_bytes(settled.bytes_reclaimed), run.dag_id, settled.absent,
                  settled.failed)
@@ -423,6 +432,8 @@ def settle_batches(
                 if transient and bucket not in down:
                     settled.errors.append(error)
                     down[bucket] = error
+                if not transient:
+                    settled.refused.setdefault(bucket, (source, error))
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
     for log_id, bucket, source, keys, sizes, failures, _modified_before in rows:

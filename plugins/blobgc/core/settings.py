@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 MIB = 1024 * 1024
 MEDIA_PRESIGN_SECONDS = 300  # seed 004: a presigned POST into staging lives 5 minutes
-DEFAULT_IMAGE_SIZES = {"orig": 0, "big": 1280, "medium": 640, "thumb": 160}  # CONTRACT §3, seed 001
+DEFAULT_IMAGE_SIZES = {"orig": 0, "big": 1280, "medium": 640, "thumb": 160}  # docs/reference.md §3, seed 001
 IMAGE_SIZE_NAME = re.compile(r"[a-z0-9_]+")
 
 

@@ -1,6 +1,6 @@
 """Seed 004's thumbnail job queue in Redis, as the application and blobgc_media_thumbnails both use it.
 
-CONTRACT §3: the list `media-thumb-queue` holds JSON jobs `{"type": "image"|"icon", "bucket": ...,
+docs/reference.md §3: the list `media-thumb-queue` holds JSON jobs `{"type": "image"|"icon", "bucket": ...,
 "originalKey": ...}`. A worker moves a job atomically (LMOVE) to `media-thumb-queue:processing` when
 it takes it and removes it only once its thumbnails are written, so a worker that dies loses
 nothing. Jobs that can never succeed go to `media-thumb-queue:dead` with the reason; that list keeps
@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 
 log = logging.getLogger(__name__)
 
-QUEUE = "media-thumb-queue"  # CONTRACT §3: JSON {"type": "image"|"icon", "bucket": ..., "originalKey": ...}
+QUEUE = "media-thumb-queue"  # docs/reference.md §3: JSON {"type": "image"|"icon", "bucket": ..., "originalKey": ...}
 PROCESSING = f"{QUEUE}:processing"  # jobs a worker has taken and not finished: a dead worker's are retried
 DEAD_LETTERS = f"{QUEUE}:dead"  # jobs that can never succeed (not an image, a bomb), with the reason
 QUEUED = f"{QUEUE}:queued"  # hash: "{bucket}/{originalKey}" -> Redis time (epoch seconds) its job was queued
@@ -58,7 +58,7 @@ def queued_field(bucket: str, key: str) -> str:
 
 
 def job_json(kind: str, bucket: str, key: str) -> str:
-    """A thumbnail job as CONTRACT §3 shapes it."""
+    """A thumbnail job as docs/reference.md §3 shapes it."""
     return json.dumps({"type": kind, "bucket": bucket, "originalKey": key})
 
 

@@ -1,6 +1,6 @@
 """The Airflow layer: the one place that knows Airflow. DAG files are wiring over it.
 
-- `params`: pools, default task arguments, the deleting DAGs' Params (CONTRACT §4);
+- `params`: pools, default task arguments, the deleting DAGs' Params (docs/reference.md §4);
 - `connections` and `variables`: clients and settings from Airflow connections and Variables;
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
   steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`, and those of plans

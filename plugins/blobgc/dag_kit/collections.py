@@ -1,4 +1,4 @@
-"""The collections a run works on (CONTRACT §6): the file, the Param `collections`, and each one's references.
+"""The collections a run works on (docs/reference.md §6): the file, the Param `collections`, and each one's references.
 
 A DAG that reads the collections file checks it in its first task (`checked_collections`): the
 file's shape, the Param's names, and every selected collection against the live catalog, including
@@ -17,6 +17,7 @@ from blobgc.core.collections import (
     APP_BLOB,
     BoundCollection,
     bind,
+    file_named,
     load_collections,
     select,
     warn_slash_values,
@@ -68,7 +69,7 @@ def references(conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet
     try:
         return discover_references(conn, c.table, extra_sql=extra, id_column=c.id)
     except UnfollowableReference as error:
-        raise UnfollowableReference(f"collection {c.name!r} ({c.table}): {error}") from error
+        raise UnfollowableReference(f"{file_named()}: collection {c.name!r} ({c.table}): {error}") from error
 
 
 def s3_for_collections(default):

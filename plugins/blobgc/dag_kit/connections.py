@@ -1,4 +1,4 @@
-"""Clients from the Airflow connections blobgc reads (CONTRACT §2): PostgreSQL, S3 and Redis."""
+"""Clients from the Airflow connections blobgc reads (docs/reference.md §2): PostgreSQL, S3 and Redis."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -125,7 +125,7 @@ def redis_client(conn_id: str = REDIS_CONN_ID) -> redis.Redis | RedisCluster:
 class S3ByBucket:
     """One S3 client over several connections: each call goes to the client of its `Bucket` argument.
 
-    Collections may keep their objects behind their own connection (`s3_conn_id`, CONTRACT §6);
+    Collections may keep their objects behind their own connection (`s3_conn_id`, docs/reference.md §6);
     the outbox, which drains every source's keys in one pass, and restore talk to all of them
     through this. Calls without a bucket, and buckets of no collection, use the default client.
     """

@@ -1,6 +1,6 @@
 """What every blobgc DAG declares the same way: pools, default task arguments, and the deleting DAGs' Params.
 
-CONTRACT §4: every DAG that deletes anything takes `dry_run` (false) and `batch_size` (1000, at most
+docs/reference.md §4: every DAG that deletes anything takes `dry_run` (false) and `batch_size` (1000, at most
 1000), and its own grace Param. Deployment knobs are read from the environment when DAG files are
 parsed (never from the metadata database): BLOBGC_TASK_RETRIES (default 3) and
 BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry). Every task's `on_failure_callback` is blobgc's
@@ -43,7 +43,7 @@ def default_args() -> dict[str, Any]:
 
 
 def deleting_params(**extra: Any) -> dict[str, Any]:
-    """The Params every deleting DAG takes (CONTRACT §4): dry_run and batch_size, plus `extra`."""
+    """The Params every deleting DAG takes (docs/reference.md §4): dry_run and batch_size, plus `extra`."""
     from airflow.sdk import Param
 
     return {

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from botocore.exceptions import ClientError
 
 from blobgc.core.migrate import check_schema_current
 from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
@@ -37,7 +38,9 @@ from blobgc.dag_kit.params import S3_POOL
 from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.pools import check_dag_pools
+from blobgc.dag_kit.privileges import check_dag_privileges
 from blobgc.dag_kit.tables import check_required_tables
+from blobgc.dag_kit.unfixable import drain_refusal, unfixable
 from blobgc.dag_kit.variables import blob_bucket
 
 log = logging.getLogger(__name__)
@@ -83,22 +86,32 @@ class Step:
 
 @contextmanager
 def failing_fast() -> Iterator[None]:
-    """Turn a ConfigurationError into a task failure that Airflow does not retry: no retry can fix it."""
+    """Turn a ConfigurationError into a task failure that Airflow does not retry: no retry can fix it. So are a
+    missing bucket or grant, a bucket that refuses blobgc, a missing table (`blobgc.dag_kit.unfixable`), each
+    named with what to do; a transient S3 or database failure is raised as it is, for Airflow to retry."""
     from airflow.sdk.exceptions import AirflowFailException
 
     try:
         yield
     except ConfigurationError as error:
         raise AirflowFailException(str(error)) from error
+    except (psycopg.Error, ClientError) as error:
+        refusal = unfixable(error)
+        if refusal is None:
+            raise
+        raise AirflowFailException(str(refusal)) from error
 
 
 @contextmanager
-def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None
-              ) -> Iterator[Step]:
-    """The database connection and the recorded run of one task (see `Step`)."""
+def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None,
+              first: bool = False) -> Iterator[Step]:
+    """The database connection and the recorded run of one task (see `Step`); a DAG's `first` task checks first
+    that the role holds every privilege the run needs (a dry run: the real run's), before anything is read."""
     requested = data_interval_end if data_interval_end is not None else dag_run.run_after
     run = RunRef(dag_id=dag_run.dag_id, run_id=run_id, dry_run=bool(params.get("dry_run", False)))
     with failing_fast(), pg_connection() as conn:
+        if first:  # a missing grant fails at once, naming each privilege and its GRANT
+            check_dag_privileges(conn, run.dag_id, params)
         check_schema_current(conn)  # a schema behind the code fails the task, saying what to run
         check_required_tables(conn, run.dag_id)  # a DAG enabled without its tables fails, naming them
         yield Step(conn, ensure_run(conn, run, requested), dict(params))
@@ -122,13 +135,14 @@ def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
         @functools.wraps(fn)
         def body(*args: Any, dag_run: Any = None, run_id: str = "", params: dict | None = None,
                  data_interval_end: datetime | None = None, task: Any = None, **kwargs: Any) -> Any:
+            first = task is not None and not task.upstream_task_ids
             with failing_fast():
-                if task is not None and not task.upstream_task_ids:  # a DAG's first task checks the deployment:
+                if first:  # a DAG's first task checks the deployment:
                     check_dag_pools(task)  # every pool its tasks use exists,
                     check_notify_variable()  # and the failure alerts it would send are configured right
                 for check in checks:
                     check()
-            with open_step(dag_run, run_id, params or {}, data_interval_end) as step:
+            with open_step(dag_run, run_id, params or {}, data_interval_end, first=first) as step:  # and its grants
                 result = fn(step, *args, **kwargs)
             return result.to_xcom() if isinstance(result, TaskResult) else result
 
@@ -146,13 +160,16 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
     Fails, after draining everything else, while any of the DAG's owed deletions is parked, so that
     on-call sees it (`fail_on_parked=False` for a DAG's first, catch-up drain, so the DAG goes on);
-    a transient S3 failure fails it too, for Airflow to retry.
+    a transient S3 failure fails it too, for Airflow to retry. A bucket that is missing or refuses blobgc fails it
+    (after the rest was drained) without retries, naming the bucket and what points at it.
     """
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def drain(step: Step) -> DrainResult:
         result = delete_owed_objects(step.conn, s3_for_collections(step.s3), step.run, batch_size=step.params["batch_size"],
                                      workers=OUTBOX_DRAINS, connect=step.connect, default_bucket=blob_bucket())
+        if fail_on_parked and (refusal := drain_refusal(result)) is not None:
+            raise refusal  # a bucket missing or refusing blobgc: its keys stay owed, and no retry can fix it
         if result.parked and fail_on_parked:
             raise OwedDeletionsParked(
                 f"{result.parked} owed deletions of {step.run.dag_id} are parked: they failed again and again for "
@@ -186,6 +203,10 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
     (and so to `blobgc.reclaim_daily`); its metrics are emitted once (`emit_run_metrics`), with the
     named `extra_counters` taken from the gathered figures. With `skip_dry_run`, a dry run's report
     ends skipped, so its `outlets` (an Asset that schedules a deleting DAG) are not emitted.
+
+    The report is downstream of each upstream it is given, and reads their results itself: an upstream
+    skipped in this run (a dry run's drain, say) has none, and counts as zero. Passed to the task as
+    XCom arguments, each such absence was fetched one by one and logged as an error ("XCom not found").
     """
     task_kwargs: dict[str, Any] = {"task_id": task_id}
     if trigger_rule is not None:  # "none_failed": a plan the gate refused still gets its report
@@ -193,14 +214,19 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
     if outlets is not None:
         task_kwargs["outlets"] = outlets
 
-    def report(step: Step, **upstream: Any) -> dict[str, Any]:
+    def report(step: Step, sources: dict[str, list] | None = None) -> dict[str, Any]:
+        from airflow.sdk import get_current_context
+
+        ti = get_current_context()["ti"]
         details: dict[str, Any] = {}
         for name, kind in parts.items():
-            value = upstream.get(name)
-            if value is None or isinstance(value, dict):
-                details[name] = kind.from_xcom(value).to_xcom()
-            else:  # a mapped upstream: its results, one per mapped task
-                details[name] = kind.total([value[i] for i in range(len(value))])  # not list(): it reads past the end
+            upstream_id, mapped = (sources or {}).get(name, (None, False))
+            # every map index's result of this run, in one call that finds "none" quietly; [None] when none
+            found = [v for v in ti.xcom_pull(task_ids=[upstream_id]) if v is not None] if upstream_id else []
+            if mapped:  # its results, one per mapped task
+                details[name] = kind.total(found)
+            else:
+                details[name] = kind.from_xcom(found[0] if found else None).to_xcom()
         for name, summarize in (summaries or {}).items():
             details[name] = summarize(step.conn, step.run)
         counters = {c: sum(int(d.get(c, 0)) for d in details.values() if isinstance(d, dict)) for c in extra_counters}
@@ -216,10 +242,17 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
             raise AirflowSkipException(f"dry run: reported, and nothing downstream is triggered: {finished}")
         return finished
 
-    report.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # the upstream results it takes, by name
-        [inspect.Parameter("step", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in parts])
-    return gc_step(**task_kwargs)(report)
+    reporting = gc_step(**task_kwargs)(report)
+
+    def wire(**upstream: Any) -> Any:
+        """The report task, after each upstream result it gathers (XComArgs, by the names of `parts`)."""
+        sources = {name: [arg.operator.task_id, arg.operator.is_mapped] for name, arg in upstream.items()}
+        reported = reporting(sources=sources)
+        for arg in upstream.values():
+            arg.operator >> reported.operator
+        return reported
+
+    return wire
 
 
 def finish_dag_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None,

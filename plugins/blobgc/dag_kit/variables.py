@@ -6,6 +6,7 @@ which fails the task without retries, naming the Variable and what it expects.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from blobgc.core.settings import (
@@ -32,9 +33,24 @@ def variable(key: str, default: Any, *, json_value: bool = False) -> Any:
     return raw
 
 
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule, as the collections file checks it
+
+
 def blob_bucket() -> str:
     """Variable blobgc_bucket: the bucket of seeds 000-003 (default `blobgc`)."""
-    return variable("blobgc_bucket", "blobgc")
+    bucket = variable("blobgc_bucket", "blobgc")
+    if not isinstance(bucket, str) or not BUCKET_NAME.fullmatch(bucket):
+        raise ConfigurationError(f"Variable blobgc_bucket is {bucket!r}, not a bucket name: 3 to 63 lower-case letters, "
+                                 "digits, dots and hyphens, without quotes (e.g. blobgc)")
+    return bucket
+
+
+def blob_bucket_origin() -> str:
+    """How a refusal names Variable blobgc_bucket as what points at a bucket (saying when its default is used)."""
+    from airflow.sdk import Variable
+
+    return "Variable blobgc_bucket" if Variable.get("blobgc_bucket", default=None) is not None else \
+        "Variable blobgc_bucket, unset: its default"
 
 
 def inventory_destinations() -> dict[str, str]:
@@ -60,9 +76,12 @@ def image_watermark() -> tuple[str, int] | None:
     mark = variable("blobgc_image_watermark", None, json_value=True)
     if not mark:
         return None
-    if not isinstance(mark, dict) or not isinstance(mark.get("text"), str):
-        raise ConfigurationError('Variable blobgc_image_watermark must be empty or {"text": str, "min_edge": int}')
-    return mark["text"], int(mark.get("min_edge", 640))
+    text = mark.get("text") if isinstance(mark, dict) else None
+    edge = mark.get("min_edge", 640) if isinstance(mark, dict) else None
+    if not isinstance(text, str) or not isinstance(edge, int) or isinstance(edge, bool) or edge < 0:
+        raise ConfigurationError('Variable blobgc_image_watermark must be empty or {"text": str, "min_edge": int}, '
+                                 f"got {mark!r}")
+    return text, edge
 
 
 def crawler_allowed_networks() -> list[str]:
@@ -73,8 +92,14 @@ def crawler_allowed_networks() -> list[str]:
 
 def media_settings() -> MediaSettings:
     """Seed 004's store: Variables blobgc_media_bucket_prefix and blobgc_media_settings."""
-    return MediaSettings.parse(variable("blobgc_media_bucket_prefix", "fakebook-"),
-                               variable("blobgc_media_settings", {}, json_value=True))
+    settings = MediaSettings.parse(variable("blobgc_media_bucket_prefix", "fakebook-"),
+                                   variable("blobgc_media_settings", {}, json_value=True))
+    for bucket in (settings.images_bucket, settings.profiles_bucket):
+        if not isinstance(settings.bucket_prefix, str) or not BUCKET_NAME.fullmatch(bucket):
+            raise ConfigurationError(f"Variable blobgc_media_bucket_prefix is {settings.bucket_prefix!r}, which makes "
+                                     f"{bucket!r}, not a bucket name: lower-case letters, digits, dots and hyphens, "
+                                     "without quotes (e.g. fakebook-)")
+    return settings
 
 
 def extra_blob_references() -> list[str]:

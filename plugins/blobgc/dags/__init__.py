@@ -1,7 +1,7 @@
 """blobgc's DAGs, shipped in the package: a DAG folder enables each one with a two-line file.
 
 Every DAG is opt-in. A deployment's DAG folder holds one short file per DAG it wants, named after the
-DAG (CONTRACT §4: `dags/<dag_id>.py`), e.g. `dags/blobgc_sweep.py`:
+DAG (docs/reference.md §4: `dags/<dag_id>.py`), e.g. `dags/blobgc_sweep.py`:
 
     from blobgc.dags import load  # airflow DAG from the installed blobgc package
     dag = load("blobgc_sweep")
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # dag_id -> what it collects (its tables are checked by its first task, never at import)
 DAGS: dict[str, str] = {
-    "blobgc_mark": "marks the rows of every collection unused or used, from every reference (CONTRACT §6)",
+    "blobgc_mark": "marks the rows of every collection unused or used, from every reference (docs/reference.md §6)",
     "blobgc_sweep": "deletes rows of every collection unused for longer than their grace, then their objects",
     "blobgc_reconcile": "lists the buckets and deletes objects no row accounts for, older than an age floor",
     "blobgc_restore": "undoes one run's deletions on a versioned bucket",

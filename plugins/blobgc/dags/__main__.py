@@ -2,7 +2,7 @@
 
 `python -m blobgc.dags list` shows the DAGs the package ships; `--collections` names the four a team
 with only its own collections needs (mark, sweep, reconcile, restore). An existing file that differs is
-left alone unless `--force`.
+left alone unless `--force`; blobgc's own file of an earlier version (only its docstring differs) is updated.
 """
 from __future__ import annotations
 
@@ -11,6 +11,18 @@ import sys
 from pathlib import Path
 
 from blobgc.dags import COLLECTION_DAGS, DAGS, dag_file
+
+
+def code_of(text: str) -> str | None:
+    """What follows a DAG file's opening docstring (None when it opens with none)."""
+    end = text.find('"""\n', 3) if text.startswith('"""') else -1
+    return text[end + 4:] if end >= 0 else None
+
+
+def earlier_blobgc_file(text: str, dag_id: str) -> bool:
+    """Whether `text` is blobgc's file for `dag_id` as an earlier version wrote it: the same code, another docstring
+    (1.5.0's blobgc_mark cited a document since renamed)."""
+    return code_of(text) == code_of(dag_file(dag_id))
 
 
 def install(folder: Path, dag_ids: list[str], *, force: bool = False) -> list[str]:
@@ -22,13 +34,14 @@ def install(folder: Path, dag_ids: list[str], *, force: bool = False) -> list[st
     done = []
     for dag_id in dag_ids:
         path, text = folder / f"{dag_id}.py", dag_file(dag_id)
-        if path.exists() and path.read_text() == text:
+        existing = path.read_text() if path.exists() else None
+        if existing == text:
             done.append(f"unchanged  {path}")
-        elif path.exists() and not force:
+        elif existing is not None and not force and not earlier_blobgc_file(existing, dag_id):
             raise SystemExit(f"{path} exists and is not blobgc's file for {dag_id}: move it away, or pass --force")
         else:
             path.write_text(text)
-            done.append(f"wrote      {path}")
+            done.append(f"{'updated' if existing is not None else 'wrote':10} {path}")
     return done
 
 

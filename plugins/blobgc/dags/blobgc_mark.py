@@ -3,7 +3,7 @@
 
 Seed 000 tries to `DELETE` each blob inside a PL/pgSQL loop and relies on `ON DELETE RESTRICT`
 to tell it which blobs are referenced. This DAG does the same job set-based, for every collection
-of the collections file (CONTRACT §6; Param `collections` picks some):
+of the collections file (docs/reference.md §6; Param `collections` picks some):
 
 1. **check_references** checks the collections file and each selected collection against the
    database: its table and columns, every foreign key to its id or any unique column (one column or

@@ -15,7 +15,10 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    collections' objects: nothing else is listed, planned or reported (no seed layout other than
    app_blob's when it is named, no unknown folder, no other collection's prefix), and `source=inventory`
    needs a report only for the buckets those collections are in. Collections whose key columns have no
-   index are warned of.
+   index are warned of. Only buckets something points at are read: Variable `blobgc_bucket` (default
+   `blobgc`) when a seed layout's table exists or a collection names no bucket of its own, and each
+   collection's bucket. Each is checked first: a missing one (or one that refuses the listing) fails the
+   run at once, without retries, naming the bucket and the Variable or collection that points at it.
 2. **reconcile_shard** (mapped), listing: lists a page of up to 1000 keys, asks the database in one
    query which of them a row accounts for, and owes the others whose `LastModified` is older than the
    run's reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the
@@ -32,7 +35,10 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    by; **delete_owed_objects** deletes them: each layout's guard keeps a key a row claimed since, an
    object written again since the plan is kept, and one already gone is settled as absent.
 5. **report** records the totals and the plan's planned, deleted, skipped and failed counts (even
-   when the gate refused); findings are in `blobgc.reconcile_finding`.
+   when the gate refused); findings are in `blobgc.reconcile_finding`. Under `not_planned` it says, per
+   collection (and per bucket for seed layouts, unknown keys and inventories), how many objects were
+   considered, how many rows account for, how many are too young for the age floor (and when the first
+   becomes eligible), how many fit no known layout, and how many orphans were planned; one log line each.
 
 With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG, finished, younger than
 `plan_max_age_hours`, executed by no other run) instead of listing, and the run deletes exactly it.
@@ -60,7 +66,7 @@ from blobgc.dag_kit import (
     report_run,
 )
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
-from blobgc.dag_kit.variables import blob_bucket, inventory_destinations
+from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, inventory_destinations
 
 
 @dag(
@@ -97,11 +103,10 @@ def blobgc_reconcile():
                        for scope in inventory.scopes(step.conn, blob_bucket(), collections, seeds=seeds,
                                                      prefixes=step.params["prefixes"])]
             return [Shard("", None, bucket=r.source_bucket, inventory=r.location).to_xcom() for r in reports]
-        s3 = s3_for_collections(step.s3)
-        shards = reconcile.discover_shards(step.s3, blob_bucket(), step.params["prefixes"], conn=step.conn,
-                                           collections=collections, seeds=seeds)
-        return [r.to_xcom() for shard in shards
-                for r in reconcile.split_shard(s3, blob_bucket(), shard, step.params["listing_ranges"])]
+        shards = reconcile.plan_listing(step.conn, step.s3, blob_bucket(), collections, seeds=seeds,
+                                        prefixes=step.params["prefixes"], ranges=step.params["listing_ranges"],
+                                        bucket_variable=blob_bucket_origin(), list_s3=s3_for_collections(step.s3))
+        return [shard.to_xcom() for shard in shards]
 
     @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
                                                "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
@@ -121,13 +126,15 @@ def blobgc_reconcile():
                 max_age_hours=step.params["max_inventory_age_hours"])
         return reconcile.reconcile_shard(
             step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
-            collection=one_collection(step.conn, part.collection) if part.collection else None)
+            collection=one_collection(step.conn, part.collection) if part.collection else None,
+            bucket_origin=blob_bucket_origin())
 
     shards = reconcile_shard.expand(shard=plan_shards())
     owed = owe_planned_objects()()
     drained = drain_owed_objects()()
     shards >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
-    report_run(trigger_rule="none_failed", summaries={"reconcile": reconcile.summarize, "plan": execution_report},
+    report_run(trigger_rule="none_failed", summaries={"reconcile": reconcile.summarize, "plan": execution_report,
+                                                      "not_planned": reconcile.not_planned},
                shards=ShardResult, owed=OwedFromPlan, objects=DrainResult)(shards=shards, owed=owed, objects=drained)
 
 

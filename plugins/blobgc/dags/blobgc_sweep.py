@@ -8,7 +8,8 @@ run). It can also be triggered by hand. Param `collections` picks some of the co
 A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 
 1. **plan_shards** checks the collections file and every reference (anything wrong stops the run
-   here, naming the collection and the field; so does a missing pool), fixes the run's plan, and cuts
+   here, naming the collection and the field; so do a missing pool, a privilege the real run needs,
+   or a bucket missing or not listable), fixes the run's plan, and cuts
    each collection's ids into about `sweep_workers` ranges. With Param `from_plan` (a dry run's id) it
    checks that plan instead (same DAG, finished, younger than `plan_max_age_hours`, executed by no
    other run) and plans nothing.
@@ -18,7 +19,10 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
    declares none). Param `grace_hours` is null by default; given, it can only lengthen a collection's
    grace (the larger of the two counts): a run may be more careful than the file, never less. A row
    whose `created_at` is younger than the grace is never planned. Nothing is locked or deleted. On a
-   dry run, this is the run's report.
+   dry run, this is the run's report. Each task also counts the rows it considered and why each one not
+   planned was not: referenced, not marked unused yet (no mark has found it unused: run `blobgc_mark`
+   first, the grace counts from the first mark), unused but within the grace, or created within it,
+   with the time the first of those becomes eligible; it logs them in a sentence.
 3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`). Past the
    threshold, it waits for a person to approve or reject (Airflow's Required Actions); otherwise it
    goes on at once. A dry run never waits.
@@ -31,7 +35,9 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 6. **delete_owed_objects** deletes the objects with DeleteObjects (up to 1000 keys a call), counting
    only those that existed; failed keys stay owed.
 7. **report** records rows, objects and bytes in `blobgc.reclaim_daily` (and per collection), and
-   the plan's planned, deleted, skipped and failed counts. It runs even when the gate refused.
+   the plan's planned, deleted, skipped and failed counts. It runs even when the gate refused. The
+   counts of what was not planned, per collection, go to `blobgc.run.details` under `not_planned`
+   (shown on the receipt page), and it logs them again, a sentence per collection.
 
 `dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. Each
 task is idempotent: clear any one and re-run it. The receipt page `/blobgc/runs/blobgc_sweep/<run id>`
@@ -41,7 +47,13 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
 
-from blobgc.collectors.sweep import PlanExecution, SweepResult, execute_plan_part, plan_collection
+from blobgc.collectors.sweep import (
+    NotPlannedReport,
+    PlanExecution,
+    SweepResult,
+    execute_plan_part,
+    plan_collection,
+)
 from blobgc.core.key_space import split_key_space
 from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import execution_report
@@ -58,7 +70,15 @@ from blobgc.dag_kit import (
     plan_params,
     report_run,
 )
-from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
+from blobgc.core.refusals import check_buckets, collection_bucket_origins
+from blobgc.dag_kit.collections import (
+    checked_collections,
+    collections_param,
+    one_collection,
+    references,
+    s3_for_collections,
+)
+from blobgc.dag_kit.variables import blob_bucket
 
 
 def grace_of(step: Step, bound) -> float:
@@ -88,6 +108,8 @@ def blobgc_sweep():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params)
+        # a bucket that is missing, or that these credentials may not list, fails here, named with its collection
+        check_buckets(s3_for_collections(step.s3), collection_bucket_origins(collections, blob_bucket()))
         if not fix_run_plan(step):
             return []
         return [{"collection": bound.name, "lo": lo, "hi": hi}
@@ -116,7 +138,8 @@ def blobgc_sweep():
     drained = drain_owed_objects()()
     planned >> gate >> parts >> drain_owed_objects("retry_owed_objects", fail_on_parked=False)() >> swept >> drained
     report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, planned=SweepResult,
-               swept=PlanExecution, objects=DrainResult)(planned=planned, swept=swept, objects=drained)
+               not_planned=NotPlannedReport, swept=PlanExecution, objects=DrainResult)(
+        planned=planned, not_planned=planned, swept=swept, objects=drained)
 
 
 dag = blobgc_sweep()

@@ -116,7 +116,7 @@ th{background:#f4f4f4} td.num{text-align:right} .run-id{font-family:monospace;fo
 
 
 def collection_filter(report: dict[str, Any]) -> str:
-    """Links that filter the daily figures by collection (CONTRACT §6); the current choice is not a link."""
+    """Links that filter the daily figures by collection (docs/reference.md §6); the current choice is not a link."""
     current = report.get("collection")
     choices = [(None, "all")] + [(c, c) for c in report.get("collections", [])]
     if current and current not in report.get("collections", []):

@@ -134,6 +134,56 @@ def _counts_table(r: dict[str, Any]) -> str:
                                   f"{e(text)}</td>" for k, text, raw in cells) + "</tr></table>")
 
 
+# The columns of "Considered but not planned" that blobgc's reports record, in this order: (heading, what it means).
+# Any other key a report records follows them, as it is.
+NOT_PLANNED_COLUMNS = {
+    "considered": ("considered", "rows (or keys) the run looked at"),
+    "planned": ("planned", "in the plan"),
+    "accounted": ("accounted for", "a row of the collection forms the key"),
+    "referenced": ("referenced", "a reference points at the row"),
+    "not_marked": ("not marked yet", "no mark has found the row unused yet: run blobgc_mark first; the grace counts "
+                                      "from the first mark"),
+    "within_grace": ("within grace", "unused, but for less than the grace"),
+    "young_created_at": ("created within grace", "created less than the grace ago (created_at)"),
+    "too_young": ("too young", "younger than the age floor"),
+    "first_eligible_at": ("first eligible at", "when the first of those waiting out the grace or the floor becomes "
+                                               "eligible"),
+    "grace_hours": ("grace (hours)", "the grace the run applied"),
+}
+
+
+def _not_planned_cell(key: str, value: Any) -> str:
+    if value is None:
+        shown = "—"
+    elif isinstance(value, str) and key.endswith("_at"):
+        shown = when(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+    else:
+        shown = str(value)
+    raw = "" if value is None else value
+    return f'<td class="num" data-key="{e(key)}" data-value="{e(raw)}">{e(shown)}</td>'
+
+
+def _not_planned(r: dict[str, Any]) -> str:
+    """What the run considered and did not plan, per collection, and why (its report's `not_planned`), whatever keys
+    the DAG's report records."""
+    entries = {name: counts for name, counts in (r.get("not_planned") or {}).items() if isinstance(counts, dict)}
+    if not entries:
+        return ""
+    seen = {k for counts in entries.values() for k in counts}
+    keys = [k for k in NOT_PLANNED_COLUMNS if k in seen] + sorted(seen - set(NOT_PLANNED_COLUMNS))
+    labels = {k: NOT_PLANNED_COLUMNS.get(k, (k.replace("_", " "), ""))[0] for k in keys}
+    head = "".join(f'<th title="{e(NOT_PLANNED_COLUMNS.get(k, ("", ""))[1])}">{e(labels[k])}</th>' for k in keys)
+    rows = "".join(f'<tr data-collection="{e(name)}"><td>{e(name)}</td>'
+                   + "".join(_not_planned_cell(k, counts.get(k)) for k in keys) + "</tr>"
+                   for name, counts in sorted(entries.items()))
+    meanings = "; ".join(f"{labels[k]}: {NOT_PLANNED_COLUMNS[k][1]}" for k in keys if k in NOT_PLANNED_COLUMNS)
+    return ("<h2>Considered but not planned</h2>"
+            f'<table id="not-planned"><tr><th>collection</th>{head}</tr>{rows}</table>'
+            f'<p id="not-planned-meanings" class="hint">{e(meanings)}.</p>')
+
+
 def _gate(gate: dict[str, Any] | None) -> str:
     if not gate:
         return '<p id="gate-none" class="hint">This run did not meet the gate (a dry run, or a run from before it).</p>'
@@ -287,6 +337,7 @@ def render_receipt(r: dict[str, Any], *, root: str, may_undo: bool, paused: bool
         f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
         _run_table(r, root),
         "<h2>Planned, and what became of each key</h2>", _figures(r),
+        _not_planned(r),
         "<h2>The gate</h2>", _gate(r["gate"]),
         "<h2>Keys by status</h2>", f'<p id="keys-source" class="hint">{e(_keys_source(r))}</p>', _statuses(r),
         "<h2>Bytes by prefix</h2>", _prefixes(r),

@@ -60,6 +60,8 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
         keys = cur.execute(run_keys_query("select_sample_keys"), {**ids, "sample": sample}).fetchall()
         restored = cur.execute(queries.load("receipts/count_restore_items"), ids).fetchall()
         undos = cur.execute(queries.load("receipts/select_undo_requests"), ids).fetchall()
+        recorded = cur.execute(queries.load("receipts/select_not_planned"), ids).fetchone()
+        not_planned = recorded["not_planned"] if recorded else None
         price = storage_price(conn)
     planned, _per_collection = plan_size(conn, dag_id, plan_run_id)
     has_plan = bool(planned.rows or planned.objects)  # every plan item has rows or keys
@@ -91,6 +93,8 @@ def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sampl
         "usd_per_month_saved": usd_per_month(run["bytes_reclaimed"], price),
         "undoable": (not run["dry_run"]) and bool(deleted and deleted["with_version_id"]),
         "restore": {"items": [jsonable(r) for r in restored], "requests": [jsonable(u) for u in undos]},
+        # collection -> rows (or keys) considered and why those not planned were not (sweep, reconcile); or None
+        "not_planned": not_planned if isinstance(not_planned, dict) and not_planned else None,
     }
 
 

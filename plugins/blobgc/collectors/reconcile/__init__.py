@@ -13,7 +13,7 @@ from a fixed table, and each is reconciled page by page in constant memory:
    objects, never "fixed";
 6. the checkpoint moves past the page in the same transaction, so a retry resumes there.
 
-A collection of the collections file (CONTRACT §6) other than app_blob (which is seed 000's source
+A collection of the collections file (docs/reference.md §6) other than app_blob (which is seed 000's source
 above) is one shard per literal prefix of its key templates, in its own bucket: one query per page
 asks the table which of the page's keys some row forms, exactly
 (`blobgc.core.collections.accounted_keys`; the keys' readings only narrow the look-up), so a key of
@@ -25,6 +25,15 @@ The age floor applies to the deletion, never to the listing: the cutoff is the e
 run's reference time minus `min_age_hours` and the moment the shard's listing started, so an
 object uploaded after the listing started can never be an orphan. A row inserted between the
 listing and the check is seen by the check.
+
+Only buckets something points at are listed (`plan_listing`): the run's bucket (Variable
+blobgc_bucket) when a seed layout's table exists or a collection names no bucket of its own, and each
+collection's own bucket. Each is checked first: a missing one, or one that refuses the listing, fails
+the run at once (`blobgc.core.refusals.MissingBucket`), named with what points at it.
+
+The report says what was not planned and why (`not_planned`), per collection (seed layouts, unknown
+keys and inventories per bucket): the objects considered, those a row accounts for, those too young
+for the age floor (and when the first becomes eligible), those of no known layout, the orphans planned.
 """
 from __future__ import annotations
 
@@ -38,7 +47,7 @@ import psycopg
 
 from blobgc.core import queries
 from blobgc.core.catalog import missing_tables
-from blobgc.core.collections import BoundCollection, accounted_keys
+from blobgc.core.collections import APP_BLOB, BoundCollection, accounted_keys
 from blobgc.core.keys import (
     BLOB_OBJECTS,
     IMAGE_FILES,
@@ -52,6 +61,13 @@ from blobgc.core.keys import (
 from blobgc.core.objects import HIGHEST, key_before, leading_shards
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import add_plan_item
+from blobgc.core.refusals import (
+    RUN_BUCKET_VARIABLE,
+    check_buckets,
+    collection_origin,
+    naming_bucket,
+    run_bucket_origin,
+)
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.settings import ConfigurationError
@@ -188,7 +204,9 @@ def discover_shards(
         shards += [Shard(prefix, source.name) for prefix in sorted(found)]
     own = collection_shards(collections)
     shards += own
-    if seeds:
+    # the run's bucket is walked for unknown folders only when something points at it: a seed layout whose table
+    # exists, or a collection keeping its objects there (a setup of collections in buckets of their own has none)
+    if seeds and (seed_sources or any(b.bucket == bucket for b in collections)):
         known = tuple(s.prefix for s in seed_sources)
         claimed = tuple(s.prefix for s in own if s.bucket == bucket)
         top = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Delimiter="/")
@@ -240,11 +258,42 @@ def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
     return [replace(shard, lo=lo, hi=hi) for lo, hi in zip(edges, edges[1:])]
 
 
+def bucket_origins(conn: psycopg.Connection, bucket: str, collections: list[BoundCollection], *, seeds: bool,
+                   variable: str = RUN_BUCKET_VARIABLE) -> dict[str, list[str]]:
+    """Every bucket a listing run lists (`discover_shards`), with what points at it: the run's `bucket` for the seed
+    layouts whose table exists and the collections that name no bucket (`variable` names Variable blobgc_bucket),
+    each collection's own."""
+    present = [s.name for s in present_sources(conn)] if seeds else []
+    defaulted = [b.collection for b in collections if not b.collection.bucket and b.bucket == bucket]
+    origins: dict[str, list[str]] = {}
+    if present or defaulted:
+        origins[bucket] = [run_bucket_origin(variable, seed_tables=present, collections=defaulted)]
+    for bound in collections:
+        if bound.collection.bucket:
+            origins.setdefault(bound.bucket, []).append(collection_origin(bound.collection))
+    return origins
+
+
+def plan_listing(conn: psycopg.Connection, s3, bucket: str, collections: list[BoundCollection], *, seeds: bool,
+                 prefixes: list[str] | None = None, ranges: int = 1, bucket_variable: str = RUN_BUCKET_VARIABLE,
+                 list_s3=None) -> list[Shard]:
+    """A listing run's shards, cut into ranges: only the buckets something points at are listed, and each is checked
+    first, so a missing one (or one that refuses the listing) fails the run at once, named with what points at it.
+
+    `list_s3` reaches the collections' buckets (behind their own connections); `s3` the run's bucket."""
+    list_s3 = list_s3 or s3
+    check_buckets(list_s3, bucket_origins(conn, bucket, collections, seeds=seeds, variable=bucket_variable))
+    shards = discover_shards(s3, bucket, prefixes, conn=conn, collections=collections, seeds=seeds)
+    return [r for shard in shards for r in split_shard(list_s3, bucket, shard, ranges)]
+
+
 @dataclass
 class PageResult:
     keys: int = 0
     orphans: list[tuple[str, int]] = field(default_factory=list)
     young: int = 0
+    accounted: int = 0  # keys a row accounts for
+    first_young: datetime | None = None  # the oldest LastModified among the keys too young to judge
     unknown: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
 
@@ -260,6 +309,7 @@ class ShardResult(TaskResult):
     unknown_keys: int = 0
     missing_objects: int = 0
     resumed_after: str = ""
+    accounted: int = 0
 
 
 def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
@@ -340,12 +390,14 @@ def check_page(
                                            {"refs": sorted(set(refs.values()))})} if refs else set()
     for item in contents:
         ref = refs.get(item["Key"])
-        if ref is None or ref in existing:
+        if ref is None:
             continue
-        if item["LastModified"] < cutoff:
+        if ref in existing:
+            result.accounted += 1
+        elif item["LastModified"] < cutoff:
             result.orphans.append((item["Key"], int(item.get("Size") or 0)))
         else:
-            result.young += 1
+            count_young(result, item["LastModified"])
     # the reverse check over the page's stretch of the listing, (first, last]
     first = after or shard.lo
     last = shard.hi if last_page else contents[-1]["Key"]
@@ -378,12 +430,20 @@ def check_collection_page(conn: psycopg.Connection, bound: BoundCollection, cont
         key = item["Key"]
         if key in unparsed:
             result.unknown.append(key)
-        elif key not in accounted:
-            if item["LastModified"] < cutoff:
-                result.orphans.append((key, int(item.get("Size") or 0)))
-            else:
-                result.young += 1
+        elif key in accounted:
+            result.accounted += 1
+        elif item["LastModified"] < cutoff:
+            result.orphans.append((key, int(item.get("Size") or 0)))
+        else:
+            count_young(result, item["LastModified"])
     return result
+
+
+def count_young(result: PageResult, modified: datetime) -> None:
+    """Count a key too young to judge, keeping the oldest such LastModified (when the first becomes eligible)."""
+    result.young += 1
+    if result.first_young is None or modified < result.first_young:
+        result.first_young = modified
 
 
 def check_age_floor(run: RunRef, cutoff: datetime) -> None:
@@ -404,19 +464,24 @@ def reconcile_shard(
     cutoff: datetime,
     page_size: int = PAGE,
     collection: BoundCollection | None = None,
+    bucket_origin: str = RUN_BUCKET_VARIABLE,
 ) -> ShardResult:
     """Reconcile one shard from its checkpoint to its end (see the module docstring); a collection's shard needs
-    the collection, bound (`collection`)."""
+    the collection, bound (`collection`). A bucket that is missing or refuses the listing fails it at once, named
+    with what points at it (the collection, or `bucket_origin` for the run's `bucket`)."""
     if shard.collection is not None:
         if collection is None or collection.name != shard.collection:
             raise ValueError(f"shard {shard.name} needs collection {shard.collection} bound")
         source: KeySource | BoundCollection | None = collection
         bucket = collection.bucket
         source_name: str | None = collection.collection.source
+        bucket_origin = collection_origin(collection.collection)
     else:
         source = SOURCES_BY_NAME.get(shard.source) if shard.source else None
         source_name = shard.source
     check_age_floor(run, cutoff)
+    scope = shard.collection or (APP_BLOB.name if shard.source == APP_BLOB.source else bucket)
+    age_floor = (run.reference_time or datetime.now(timezone.utc)) - cutoff  # an object this old is judged
     # never judge an object written after this listing started, whatever the floor (S3 lists
     # LastModified to the second, hence the margin)
     cutoff = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)
@@ -430,7 +495,7 @@ def reconcile_shard(
     result.resumed_after = start_after
     if start_after:
         log.info("shard %s resumes after %s", shard.name, start_after)
-    for contents, last_page in list_pages(s3, bucket, shard, start_after, page_size):
+    for contents, last_page in pages_naming_bucket(s3, bucket, shard, start_after, page_size, bucket_origin):
         page = check_page(conn, source, shard, contents, cutoff, start_after, last_page)
         with conn.transaction():
             if page.orphans:  # planned; owed after the gate (`blobgc.core.plans.owe_planned_objects`)
@@ -458,6 +523,8 @@ def reconcile_shard(
                 "pending_ref": None, "pending_keys": [], "keys": page.keys,
                 "orphans": len(page.orphans), "orphan_bytes": orphan_bytes, "young": page.young,
                 "unknown": len(page.unknown), "missing": len(page.missing), "done": last_page,
+                "scope": scope, "considered": page.keys, "accounted": page.accounted,
+                "first_eligible_at": page.first_young + age_floor if page.first_young else None,
             })
         if contents:
             start_after = contents[-1]["Key"]
@@ -468,11 +535,39 @@ def reconcile_shard(
         result.too_young += page.young
         result.unknown_keys += len(page.unknown)
         result.missing_objects += len(page.missing)
-    log.info("shard %s: %d keys in %d pages; %d orphans (%d bytes) %s, %d too young to judge, %d of unknown "
-             "layout, %d rows missing their object", shard.name, result.keys_checked, result.pages, result.orphans,
-             result.orphan_bytes, "would go" if run.dry_run else "planned", result.too_young, result.unknown_keys,
-             result.missing_objects)
+        result.accounted += page.accounted
+    log.info("shard %s: %d keys in %d pages, %d accounted for by rows; %d orphans (%d bytes) %s, %d too young to "
+             "judge, %d of unknown layout, %d rows missing their object", shard.name, result.keys_checked,
+             result.pages, result.accounted, result.orphans, result.orphan_bytes,
+             "would go" if run.dry_run else "planned", result.too_young, result.unknown_keys, result.missing_objects)
     return result
+
+
+def pages_naming_bucket(s3, bucket: str, shard: Shard, start_after: str, page_size: int, origin: str
+                        ) -> Iterator[tuple[list[dict], bool]]:
+    """`list_pages`, a missing bucket (or one that refuses the listing) raised as a refusal naming it and `origin`."""
+    with naming_bucket(bucket, origin):
+        yield from list_pages(s3, bucket, shard, start_after, page_size)
+
+
+def not_planned(conn: psycopg.Connection, run: RunRef) -> dict[str, dict]:
+    """What the run considered and did not plan, per collection (a seed layout's keys, and keys of no known layout,
+    under their bucket; an inventory's per bucket), logged one plain line each: the objects listed (or read from
+    the inventory), those a row accounts for, those too young for the age floor (and when the first of them
+    becomes eligible), those of no known layout (reported, never deleted), and the orphans planned."""
+    found: dict[str, dict] = {}
+    for scope, from_inventory, considered, accounted, too_young, first, planned, unknown in conn.execute(
+            queries.load("reconcile/summarize_not_planned"), {"run_id": run.run_id}):
+        first = first.astimezone(timezone.utc) if first else None
+        found[scope] = {"considered": int(considered), "accounted": int(accounted), "too_young": int(too_young),
+                        "first_eligible_at": first.isoformat() if first else None, "planned": int(planned),
+                        "unknown": int(unknown)}
+        eligible = f" (the first becomes eligible {first:%Y-%m-%d %H:%M} UTC)" if first else ""
+        log.info("%s: %d objects %s, %d accounted for by rows, %d younger than the floor%s, %d of no known layout "
+                 "(reported, never deleted), %d orphans %s", scope, considered,
+                 "read from the inventory" if from_inventory else "listed", accounted, too_young, eligible, unknown,
+                 planned, "planned (dry run: nothing is deleted)" if run.dry_run else "planned")
+    return found
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict[str, int]:

@@ -32,7 +32,7 @@ import math
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -118,8 +118,11 @@ def scopes(conn: psycopg.Connection, run_bucket: str, collections: list[BoundCol
                                                                                for b in collections))
     own = [b for b in collections if not b.collection.column_mode]
     buckets = dict.fromkeys([run_bucket] + [b.bucket for b in own])
+    # the run's bucket's unknown keys are reported only when something points at it (a seed layout whose table
+    # exists, or a collection there): a setup of collections in buckets of their own neither reads nor needs its report
+    pointed = bool(sources) or any(b.bucket == run_bucket for b in collections)
     planned = [Scope(bucket, sources if bucket == run_bucket else (),
-                     tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket,
+                     tuple(b for b in own if b.bucket == bucket), seeds and bucket == run_bucket and pointed,
                      tuple(prefixes or ())) for bucket in buckets]
     # a bucket is read only for what the run reconciles there and the Param `prefixes` leaves in it: the run's
     # bucket always when it reconciles every seed layout (its unknown folders too), any bucket for its sources or
@@ -146,6 +149,9 @@ class Part:
     young: int = 0
     unknown: list[tuple[str, str | None]] = field(default_factory=list)  # (key, its collection's source or None)
     missing: list[tuple[str, str]] = field(default_factory=list)  # (key, source)
+    considered: int = 0  # keys in the run's scope
+    accounted: int = 0  # of them, keys a row accounts for
+    first_young_ms: int | None = None  # the oldest LastModified (ms) among the keys too young to judge
 
 
 def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: Path) -> int:
@@ -182,6 +188,7 @@ def classify(conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int,
         owned = scope.owner(item[0])
         if owned is None or not scope.within(owned[1]):
             continue
+        part.considered += 1
         owner = owned[0]
         if owner is None:
             part.unknown.append((item[0], None))
@@ -200,12 +207,16 @@ def classify(conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int,
             accounted = {k for k, ref in refs.items() if ref in existing}
             unparsed = set(keys) - set(refs)
         for key, size, modified_ms in owned_items:
-            if key in accounted or key in unparsed:
+            if key in unparsed:
                 continue
-            if modified_ms < cutoff_ms:
+            if key in accounted:
+                part.accounted += 1
+            elif modified_ms < cutoff_ms:
                 part.orphans.append((key, size))
             else:
                 part.young += 1
+                if part.first_young_ms is None or modified_ms < part.first_young_ms:
+                    part.first_young_ms = modified_ms
 
 
 def batches(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
@@ -251,6 +262,7 @@ def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str,
                 "run_id": run.run_id, "kind": kind, "bucket": scope.bucket, "source": source,
                 "keys": [k for k, s in keys_found if s == source]})
     result.orphans += len(found.orphans)
+    result.accounted += found.accounted
     result.orphan_bytes += sum(size for _, size in found.orphans)
     result.too_young += found.young
     result.unknown_keys += len(found.unknown)
@@ -258,15 +270,20 @@ def record_batch(conn: psycopg.Connection, run: RunRef, scope: Scope, name: str,
 
 
 def checkpoint(conn: psycopg.Connection, run: RunRef, name: str, phase: str, after: str, found: Part, *,
-               keys: int = 0, done: bool = False) -> None:
+               keys: int = 0, done: bool = False, bucket: str | None = None, age_floor: timedelta = timedelta(0)
+               ) -> None:
+    """Record a part's progress and add a batch's counts; its report counts under `bucket` (`not_planned`)."""
+    first = found.first_young_ms
     conn.execute(queries.load("reconcile/upsert_checkpoint"), {
         "run_id": run.run_id, "shard": name, "start_after": after, "pending_ref": phase, "pending_keys": [],
         "keys": keys, "orphans": len(found.orphans), "orphan_bytes": sum(s for _, s in found.orphans),
-        "young": found.young, "unknown": len(found.unknown), "missing": len(found.missing), "done": done})
+        "young": found.young, "unknown": len(found.unknown), "missing": len(found.missing), "done": done,
+        "scope": bucket, "considered": found.considered, "accounted": found.accounted,
+        "first_eligible_at": None if first is None else datetime.fromtimestamp(first / 1000, timezone.utc) + age_floor})
 
 
 def reconcile_part(conn: psycopg.Connection, s3, db: Engine, run: RunRef, scope: Scope, name: str, p: int,
-                   parts: int, cutoff: datetime) -> ShardResult:
+                   parts: int, cutoff: datetime, age_floor: timedelta = timedelta(0)) -> ShardResult:
     """One part of the anti-join, a batch of up to 1000 keys at a time, each batch recorded in its own transaction
     with the part's checkpoint (the phase and the last key done), so a retry resumes after it:
 
@@ -292,7 +309,7 @@ def reconcile_part(conn: psycopg.Connection, s3, db: Engine, run: RunRef, scope:
             classify(conn, scope, batch, cutoff_ms, found)
             with conn.transaction():
                 record_batch(conn, run, scope, name, found, result, cutoff)
-                checkpoint(conn, run, name, LEFTOVERS, batch[-1][0], found)
+                checkpoint(conn, run, name, LEFTOVERS, batch[-1][0], found, bucket=scope.bucket, age_floor=age_floor)
             result.pages += 1
         phase, after = LACKING, ""
     lacking = db.query(f"""
@@ -308,11 +325,17 @@ def reconcile_part(conn: psycopg.Connection, s3, db: Engine, run: RunRef, scope:
             found.missing = [(key, source.name) for key, source in owned if key not in present]
         with conn.transaction():
             record_batch(conn, run, scope, name, found, result, cutoff)
-            checkpoint(conn, run, name, LACKING, batch[-1][0], found)
+            checkpoint(conn, run, name, LACKING, batch[-1][0], found, bucket=scope.bucket)
         result.pages += 1
     result.keys_checked = db.db.execute(f"SELECT count(*) FROM inventory WHERE {in_part}").fetchone()[0]
+    # the report's keys some row forms: considered and accounted for without a look at the live database
+    matched = db.db.execute(f"""
+        SELECT count(*) FROM (SELECT key FROM inventory WHERE {in_part}) AS i
+        SEMI JOIN (SELECT key FROM accounted WHERE {in_part}) AS a USING (key)""").fetchone()[0]
+    result.accounted += matched
     with conn.transaction():
-        checkpoint(conn, run, name, LACKING, "", Part(), keys=result.keys_checked, done=True)
+        checkpoint(conn, run, name, LACKING, "", Part(considered=matched, accounted=matched), keys=result.keys_checked,
+                   done=True, bucket=scope.bucket)
     return result
 
 
@@ -331,6 +354,7 @@ def reconcile_from_inventory(
     `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
     """
     check_age_floor(run, cutoff)
+    age_floor = (run.reference_time or datetime.now(timezone.utc)) - cutoff  # an object this old is judged
     where = Destination.parse(manifest.rsplit("/", 1)[0], source_bucket=scope.bucket)
     configuration = where.prefix.rstrip("/").split("/")[-2]
     report = read_manifest(inventory_s3, where.bucket, f"{where.prefix}manifest.json", source_bucket=scope.bucket,
@@ -357,15 +381,15 @@ def reconcile_from_inventory(
             for p, name in enumerate(names):
                 if name in done:
                     continue
-                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff)
+                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff, age_floor)
                 for total in ("keys_checked", "orphans", "orphan_bytes", "too_young", "unknown_keys",
-                              "missing_objects"):
+                              "missing_objects", "accounted"):
                     setattr(result, total, getattr(result, total) + getattr(part, total))
                 result.pages += 1
-    log.info("%s from its inventory: %d keys in %d part(s); %d orphans (%d bytes) %s, %d too young to judge, "
-             "%d of unknown layout, %d rows missing their object", scope.bucket, result.keys_checked, result.pages,
-             result.orphans, result.orphan_bytes, "would go" if run.dry_run else "owed", result.too_young,
-             result.unknown_keys, result.missing_objects)
+    log.info("%s from its inventory: %d keys in %d part(s), %d accounted for by rows; %d orphans (%d bytes) %s, "
+             "%d too young to judge, %d of unknown layout, %d rows missing their object", scope.bucket,
+             result.keys_checked, result.pages, result.accounted, result.orphans, result.orphan_bytes,
+             "would go" if run.dry_run else "owed", result.too_young, result.unknown_keys, result.missing_objects)
     return result
 
 

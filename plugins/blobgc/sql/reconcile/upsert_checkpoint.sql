@@ -1,11 +1,15 @@
 -- Advance a shard's checkpoint past a fully checked page and add the page's counts, in the page's transaction.
 INSERT INTO blobgc.reconcile_checkpoint AS c (run_id, shard, start_after, pending_ref, pending_keys, pages, keys_checked,
-                                              orphans, orphan_bytes, too_young, unknown_keys, missing, done)
+                                              orphans, orphan_bytes, too_young, unknown_keys, missing, done, scope,
+                                              considered, accounted, first_eligible_at)
 VALUES (%(run_id)s, %(shard)s, %(start_after)s, %(pending_ref)s, %(pending_keys)s::text[], 1, %(keys)s, %(orphans)s,
-        %(orphan_bytes)s, %(young)s, %(unknown)s, %(missing)s, %(done)s)
+        %(orphan_bytes)s, %(young)s, %(unknown)s, %(missing)s, %(done)s, %(scope)s, %(considered)s, %(accounted)s,
+        %(first_eligible_at)s)
 ON CONFLICT (run_id, shard) DO UPDATE SET
     start_after = excluded.start_after, pending_ref = excluded.pending_ref, pending_keys = excluded.pending_keys,
     pages = c.pages + 1, keys_checked = c.keys_checked + excluded.keys_checked, orphans = c.orphans + excluded.orphans,
     orphan_bytes = c.orphan_bytes + excluded.orphan_bytes, too_young = c.too_young + excluded.too_young,
     unknown_keys = c.unknown_keys + excluded.unknown_keys, missing = c.missing + excluded.missing,
-    done = excluded.done, updated_at = now()
+    done = excluded.done, scope = coalesce(excluded.scope, c.scope), considered = c.considered + excluded.considered,
+    accounted = c.accounted + excluded.accounted,
+    first_eligible_at = least(c.first_eligible_at, excluded.first_eligible_at), updated_at = now()
