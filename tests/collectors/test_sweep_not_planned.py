@@ -143,3 +143,26 @@ def test_a_collection_never_marked_reports_every_unreferenced_row_not_marked_yet
         "first_eligible_at": None, "grace_hours": 24}}
     assert "2 not marked unused yet (no mark has found them unused since they appeared: run blobgc_mark first; " \
            "the grace counts from the first mark)" in caplog.text
+
+
+def test_a_row_whose_created_at_is_null_counts_as_young_and_never_as_eligible(conn, s3, bucket):
+    """The plan takes a row only if its created_at is before the cut-off, so a NULL created_at is never planned: the
+    count says so (young_created_at, not planned) and gives it no eligible time; a row past its grace plans."""
+    schema = new_schema()
+    create_shop(conn, schema)
+    for i in (1, 2):
+        add_upload(conn, s3, schema, bucket, i, f"content-{i}".encode())
+    bound = bound_shop(conn, schema, bucket, name=schema)
+    refs = references_of(conn, bound)
+    assert mark_collection(conn, bound, refs).became_unused == 2
+    with conn.transaction():  # as if the mark had found both unused long ago; upload 1's creation is unknown
+        conn.execute(f"UPDATE blobgc.mark_{schema} SET unused_since = now() - interval '3 days'")
+        conn.execute(f"ALTER TABLE {schema}.upload ALTER created_at DROP NOT NULL")
+        conn.execute(f"UPDATE {schema}.upload SET created_at = CASE id WHEN 1 THEN NULL "
+                     "ELSE now() - interval '3 days' END")
+    run = dry_run(conn, f"null-created-{schema}")
+    results = plan_sweep(conn, run, bound, cutoff=run.reference_time - GRACE, refs=refs)
+    assert sum(r.rows_deleted for r in results) == 1
+    assert reported(conn, run, results) == {schema: {
+        "considered": 2, "planned": 1, "referenced": 0, "not_marked": 0, "within_grace": 0, "young_created_at": 1,
+        "first_eligible_at": None, "grace_hours": 24}}

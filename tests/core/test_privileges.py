@@ -16,6 +16,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from blobgc.collectors.mark import mark_collection
+from blobgc.core.collections import bind, load_collections
 from blobgc.core.privileges import (
     MissingPrivileges,
     check_migrate_privileges,
@@ -26,6 +28,7 @@ from blobgc.core.privileges import (
 )
 from blobgc.dag_kit.privileges import check_dag_privileges
 from tests.helpers import ROOT
+from tests.support.sweep import references_of
 from tests.support.grants import (
     REFERENCES_QUERY,
     drop_role_database,
@@ -339,3 +342,22 @@ def test_a_schema_the_role_may_not_use_stops_only_the_dag_that_reads_it(readme_r
         check(dsn, "blobgc_reconcile")
     assert refused.value.grants == [f"GRANT USAGE ON SCHEMA gen TO {role};", f"GRANT SELECT ON gen.blob TO {role};"]
     check(dsn, "blobgc_reconcile", collections=["uploads"])  # its collections' objects only: no seed layout
+
+
+def test_a_mark_after_the_first_needs_no_create_on_schema_blobgc(readme_role, admin_dsn, collections_file):
+    """The first real mark creates blobgc.mark_uploads (CREATE on schema blobgc, asked for then); later marks do not
+    run CREATE TABLE IF NOT EXISTS, which PostgreSQL refuses without CREATE even when the table exists."""
+    dsn, role, database = readme_role()
+
+    def mark() -> int:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            bound = bind(conn, load_collections(default_bucket="blobgc")["uploads"], default_bucket="blobgc")
+            return mark_collection(conn, bound, references_of(conn, bound)).became_unused
+
+    with admin_of(admin_dsn, database) as admin:
+        admin.execute("INSERT INTO shop.upload SELECT i, 10 * i FROM generate_series(1, 3) AS i")
+    assert mark() == 3
+    with admin_of(admin_dsn, database) as admin:
+        admin.execute(f"REVOKE CREATE ON SCHEMA blobgc FROM {role}")
+    check(dsn, "blobgc_mark")  # the table exists: CREATE is no longer asked for...
+    assert mark() == 0  # ...nor needed

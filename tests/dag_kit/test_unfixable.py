@@ -14,13 +14,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from blobgc.core.clients import pg_connect
 from blobgc.core.outbox import DrainPolicy, delete_owed_objects, owed_summary, record_deletions
-from blobgc.core.refusals import MissingBucket, check_buckets, collection_bucket_origins
+from blobgc.core.refusals import BucketAccessDenied, MissingBucket, check_buckets
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.dag_kit.steps import failing_fast
 from blobgc.dag_kit.unfixable import drain_refusal
 from blobgc.dag_kit.variables import blob_bucket
-from tests.helpers import NOW, TEST_DB, s3_outage
-from tests.support.collections import bound_shop, create_shop, new_schema, shop_yaml, write_collections
+from tests.helpers import NOW, TEST_DB, run_dag, s3_outage
+from tests.support.collections import create_shop, new_schema, shop_yaml, write_collections
 
 
 @pytest.fixture
@@ -114,19 +114,37 @@ def test_a_drain_names_a_missing_bucket_and_the_collection_that_points_at_it(con
             "that holds the objects") in str(refusal)
 
 
-def test_the_sweeps_first_task_names_a_collections_missing_bucket_before_it_plans(conn, s3, bucket, tmp_path,
-                                                                                   monkeypatch):
-    """plan_shards probes each selected collection's bucket (one listing call of one key): a missing one fails the
-    run at once, a dry run's too, naming the bucket and the collection that points at it; an existing one passes."""
+def test_the_sweeps_first_task_names_a_collections_missing_bucket_before_it_plans(conn, s3, tmp_path):
+    """plan_shards probes each selected collection's bucket (one listing call of one key): a missing one fails a
+    dry run's first task, once, naming the bucket and the collection that points at it, and nothing is planned."""
     missing, schema = f"absent-{uuid.uuid4().hex[:12]}", new_schema()
     create_shop(conn, schema)
     path = write_collections(tmp_path, shop_yaml(schema, missing))
-    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
-    bound = bound_shop(conn, schema, missing)
-    failure = failure_of(lambda: check_buckets(s3, collection_bucket_origins([bound], "blobgc")))
-    assert str(failure).startswith(f"bucket '{missing}' (collection 'shop_uploads', collections file {path}) does "
-                                   "not exist (the store answered NoSuchBucket to ListObjectsV2)"), str(failure)
-    check_buckets(s3, collection_bucket_origins([bound_shop(conn, schema, bucket)], "blobgc"))
+    result = run_dag("blobgc_sweep", conf={"dry_run": True},
+                     env_extra={"BLOBGC_COLLECTIONS": str(path), "BLOBGC_TASK_RETRIES": "3"})
+    assert result.returncode == 1 and result.task_states["plan_shards"] == "failed", result.task_states
+    assert (f"bucket '{missing}' (collection 'shop_uploads', collections file {path}) does not exist (the store "
+            "answered NoSuchBucket to ListObjectsV2)") in result.output, result.output[-3000:]
+    assert conn.execute("SELECT count(*) FROM blobgc.plan_item").fetchone()[0] == 0
+
+
+def test_a_bucket_the_credentials_may_not_list_is_left_to_the_drain_by_the_sweeps_probe(tmp_path, monkeypatch,
+                                                                                        caplog):
+    """The sweep only deletes: credentials may hold s3:DeleteObject without s3:ListBucket. Its probe then warns and
+    goes on (the drain names any deletion the store refuses); a step that lists fails at once."""
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                          "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
+
+    class NoListing:
+        def list_objects_v2(self, **_kwargs):
+            raise denied
+
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(write_collections(tmp_path, shop_yaml(new_schema(), "shop-media"))))
+    origins = {"shop-media": ["collection 'shop_uploads'"]}
+    check_buckets(NoListing(), origins, listing_needed=False)
+    assert "bucket 'shop-media' could not be probed" in caplog.text
+    with pytest.raises(BucketAccessDenied):
+        check_buckets(NoListing(), origins)
 
 
 def test_access_denied_on_a_bucket_fails_at_once_naming_the_action_to_grant(tmp_path, monkeypatch):
@@ -158,5 +176,12 @@ def test_a_transient_s3_failure_is_raised_as_it_is_for_airflow_to_retry(s3, buck
 def test_a_bucket_variable_that_is_no_bucket_name_fails_at_once_naming_it(monkeypatch):
     monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET", '"blobgc"')  # JSON-quoted: S3 would refuse the name
     failure = failure_of(blob_bucket)
-    assert str(failure) == ("Variable blobgc_bucket is '\"blobgc\"', not a bucket name: 3 to 63 lower-case letters, "
-                            "digits, dots and hyphens, without quotes (e.g. blobgc)")
+    assert str(failure) == ("Variable blobgc_bucket is '\"blobgc\"', not a bucket name: letters, digits, dots, "
+                            "hyphens and underscores, without quotes (e.g. blobgc)")
+
+
+def test_a_legacy_bucket_name_with_capitals_and_underscores_is_still_a_bucket_name(monkeypatch):
+    """Buckets made before S3's current naming rule (and some S3-compatible stores' names) hold capitals and
+    underscores: blobgc must keep reaching them."""
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET", "Legacy_Media.2014")
+    assert blob_bucket() == "Legacy_Media.2014"

@@ -34,8 +34,8 @@ def cells(page: str, collection: str) -> dict[str, str]:
     return {key: value for key, value, _shown in row_of(page, collection)}
 
 
-def test_receipt_shows_considered_but_not_planned_for_a_sweep_dry_run_and_a_reconcile_run(conn, s3, bucket,
-                                                                                          monkeypatch):
+def test_receipt_shows_considered_but_not_planned_for_a_sweep_dry_run_and_reconciles_counts(conn, s3, bucket,
+                                                                                        monkeypatch):
     """A first sweep dry run on a fresh install (one blob just marked unused, one added since), recorded by the
     sweep's own code, and a reconcile run with reconcile's keys: each receipt shows its table."""
     make_blobs(conn, s3, bucket, 1)

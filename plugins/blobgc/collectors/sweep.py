@@ -211,7 +211,11 @@ def count_not_planned(conn: psycopg.Connection, bound: BoundCollection, refs: Re
     c = bound.collection
     created_at = (sql.SQL("t.{c}::timestamptz").format(c=sql.Identifier(c.created_at)) if c.created_at
                   else sql.SQL("NULL::timestamptz"))
-    parts: dict[str, sql.Composable] = {"created_at": created_at, "referenced": referenced_ids_query(refs, "range")}
+    # the plan takes a row only if `created_at < cutoff`: a NULL created_at is never planned, nor ever eligible
+    young = sql.SQL("coalesce({c} >= %(cutoff)s, true)").format(c=created_at) if c.created_at else sql.SQL("false")
+    never = sql.SQL("{c} IS NULL").format(c=created_at) if c.created_at else sql.SQL("false")
+    parts: dict[str, sql.Composable] = {"created_at": created_at, "young": young, "never_eligible": never,
+                                        "referenced": referenced_ids_query(refs, "range")}
     if c.column_mode:  # app_blob's own columns
         parts.update(unused=sql.SQL("t.unused"), unused_since=sql.SQL("t.updated_at"), mark_join=sql.SQL(""))
     else:  # blobgc.mark_<name>; before the collection's first real mark there is none: no row has been found unused

@@ -100,7 +100,7 @@ def collections_path() -> Path:
     """$BLOBGC_COLLECTIONS, or else `include/collections.yaml` of the Airflow project.
 
     The project is the checkout blobgc runs from (plugins/blobgc/ beside include/), or else
-    $AIRFLOW_HOME (the official image's and Astro's include/ lie there), or else the working directory.
+    $AIRFLOW_HOME (the official image's and Astro's include/ lie there; Airflow's default ~/airflow when unset).
     """
     override = os.environ.get("BLOBGC_COLLECTIONS")
     if override:
@@ -108,7 +108,7 @@ def collections_path() -> Path:
     checkout = Path(__file__).resolve().parents[3]
     if (checkout / "plugins" / "blobgc").is_dir():
         return checkout / "include" / "collections.yaml"
-    return Path(os.environ.get("AIRFLOW_HOME") or ".") / "include" / "collections.yaml"
+    return Path(os.environ.get("AIRFLOW_HOME") or "~/airflow").expanduser() / "include" / "collections.yaml"
 
 
 def file_named(path: Path | None = None) -> str:
@@ -650,7 +650,13 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
 
 
 def ensure_mark_table(conn: psycopg.Connection, bound: BoundCollection) -> None:
-    """Create the collection's mark table, blobgc.mark_<name>, if it is missing (typed like the collection's id)."""
+    """Create the collection's mark table, blobgc.mark_<name>, if it is missing (typed like the collection's id).
+
+    Only when it is missing: PostgreSQL checks CREATE on schema blobgc even for `CREATE TABLE IF NOT EXISTS`, and
+    a role that owns the table need not keep that privilege (the first task asks for it only before the first
+    mark, `blobgc.core.privileges`)."""
+    if bound.mark_table_exists(conn):
+        return
     with conn.transaction():
         conn.execute(bound.statement("collections/create_mark_table"))
 

@@ -9,6 +9,7 @@ layer's backstop reads the rest from the error (`blobgc.dag_kit.unfixable`). A t
 """
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from botocore.exceptions import ClientError
 from blobgc.core.collections import APP_BLOB, COLLECTION_SOURCE, Collection, collections_path
 from blobgc.core.objects import error_code, is_transient
 from blobgc.core.settings import ConfigurationError
+
+log = logging.getLogger(__name__)
 
 RUN_BUCKET_VARIABLE = "Variable blobgc_bucket"
 MEDIA_BUCKET_VARIABLE = "Variable blobgc_media_bucket_prefix"
@@ -130,11 +133,18 @@ def naming_bucket(bucket: str, origin: str) -> Iterator[None]:
         raise refusal from error
 
 
-def check_bucket(s3, bucket: str, origin: str) -> None:
+def check_bucket(s3, bucket: str, origin: str, *, listing_needed: bool = True) -> None:
     """Fail at once, naming `bucket` and `origin`, when the bucket is missing or may not be listed: one listing
-    call of one key."""
-    with naming_bucket(bucket, origin):
-        s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
+    call of one key. Without `listing_needed` (a step that only deletes: its credentials may delete without
+    listing), a bucket that refuses the listing is not probed further, with a warning, and only a missing one
+    fails."""
+    try:
+        with naming_bucket(bucket, origin):
+            s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
+    except BucketAccessDenied as denied:
+        if listing_needed:
+            raise
+        log.warning("bucket %r could not be probed (%s); the drain names any deletion it refuses", bucket, denied)
 
 
 def collection_bucket_origins(collections: Iterable, run_bucket: str) -> dict[str, list[str]]:
@@ -148,10 +158,10 @@ def collection_bucket_origins(collections: Iterable, run_bucket: str) -> dict[st
     return origins
 
 
-def check_buckets(s3, origins: dict[str, list[str]]) -> None:
+def check_buckets(s3, origins: dict[str, list[str]], *, listing_needed: bool = True) -> None:
     """`check_bucket` for every bucket something points at (bucket -> what points at it)."""
     for bucket, pointers in origins.items():
-        check_bucket(s3, bucket, "; ".join(pointers))
+        check_bucket(s3, bucket, "; ".join(pointers), listing_needed=listing_needed)
 
 
 # ------------------------------------------------------------------------------------------------ database

@@ -160,8 +160,10 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
     Fails, after draining everything else, while any of the DAG's owed deletions is parked, so that
     on-call sees it (`fail_on_parked=False` for a DAG's first, catch-up drain, so the DAG goes on);
-    a transient S3 failure fails it too, for Airflow to retry. A bucket that is missing or refuses blobgc fails it
-    (after the rest was drained) without retries, naming the bucket and what points at it.
+    a transient S3 failure fails it too, for Airflow to retry. A bucket that is missing or refuses blobgc, met by
+    this drain, fails it (after the rest was drained) without retries, naming the bucket and what points at it.
+    Its keys stay owed: a later run's catch-up drain backs off from them quietly, and once they have failed
+    again and again they are parked, which fails the last drain as above.
     """
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)

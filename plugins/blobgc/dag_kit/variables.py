@@ -33,15 +33,17 @@ def variable(key: str, default: Any, *, json_value: bool = False) -> Any:
     return raw
 
 
-BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule, as the collections file checks it
+# What may name a bucket: S3's rule, widened to the legacy names (capitals, underscores, up to 255) that old buckets
+# and S3-compatible stores still have. Quotes, spaces, slashes or an empty value are certainly no bucket name.
+BUCKET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]")
 
 
 def blob_bucket() -> str:
     """Variable blobgc_bucket: the bucket of seeds 000-003 (default `blobgc`)."""
     bucket = variable("blobgc_bucket", "blobgc")
     if not isinstance(bucket, str) or not BUCKET_NAME.fullmatch(bucket):
-        raise ConfigurationError(f"Variable blobgc_bucket is {bucket!r}, not a bucket name: 3 to 63 lower-case letters, "
-                                 "digits, dots and hyphens, without quotes (e.g. blobgc)")
+        raise ConfigurationError(f"Variable blobgc_bucket is {bucket!r}, not a bucket name: letters, digits, dots, "
+                                 "hyphens and underscores, without quotes (e.g. blobgc)")
     return bucket
 
 
@@ -97,8 +99,8 @@ def media_settings() -> MediaSettings:
     for bucket in (settings.images_bucket, settings.profiles_bucket):
         if not isinstance(settings.bucket_prefix, str) or not BUCKET_NAME.fullmatch(bucket):
             raise ConfigurationError(f"Variable blobgc_media_bucket_prefix is {settings.bucket_prefix!r}, which makes "
-                                     f"{bucket!r}, not a bucket name: lower-case letters, digits, dots and hyphens, "
-                                     "without quotes (e.g. fakebook-)")
+                                     f"{bucket!r}, not a bucket name: letters, digits, dots, hyphens "
+                                     "and underscores, without quotes (e.g. fakebook-)")
     return settings
 
 

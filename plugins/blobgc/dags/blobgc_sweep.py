@@ -9,7 +9,7 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 
 1. **plan_shards** checks the collections file and every reference (anything wrong stops the run
    here, naming the collection and the field; so do a missing pool, a privilege the real run needs,
-   or a bucket missing or not listable), fixes the run's plan, and cuts
+   or a missing bucket), fixes the run's plan, and cuts
    each collection's ids into about `sweep_workers` ranges. With Param `from_plan` (a dry run's id) it
    checks that plan instead (same DAG, finished, younger than `plan_max_age_hours`, executed by no
    other run) and plans nothing.
@@ -108,8 +108,9 @@ def blobgc_sweep():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params)
-        # a bucket that is missing, or that these credentials may not list, fails here, named with its collection
-        check_buckets(s3_for_collections(step.s3), collection_bucket_origins(collections, blob_bucket()))
+        # a missing bucket fails here, named with its collection (one that may not be listed is left to the drain)
+        check_buckets(s3_for_collections(step.s3), collection_bucket_origins(collections, blob_bucket()),
+                      listing_needed=False)
         if not fix_run_plan(step):
             return []
         return [{"collection": bound.name, "lo": lo, "hi": hi}
