@@ -24,6 +24,7 @@ from blobgc.core.collections import (
     warn_unindexed,
 )
 from blobgc.core.keys import load_checked_collections
+from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.core.references import ReferenceSet, UnfollowableReference, discover_references
 from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.connections import S3_CONN_ID, S3ByBucket, s3_client
@@ -87,3 +88,11 @@ def s3_for_collections(default):
     if not own:
         return default
     return S3ByBucket(default, {bucket: s3_client(conn_id) for bucket, conn_id in own.items()})
+
+
+def check_collection_buckets(default_s3, collections: list[BoundCollection]) -> None:
+    """A deleting DAG's first-task probe of each selected collection's bucket (one listing call of one key): a
+    missing one fails the task at once, named with its collection; one these credentials may not list is left
+    to the drain, with a warning (a step that only deletes may hold s3:DeleteObject without s3:ListBucket)."""
+    check_buckets(s3_for_collections(default_s3), collection_bucket_origins(collections, blob_bucket()),
+                  listing_needed=False)

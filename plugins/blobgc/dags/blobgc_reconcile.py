@@ -50,6 +50,7 @@ from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
+from blobgc.collectors.reconcile.planning import run_shards
 from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import OwedFromPlan, execution_report
 from blobgc.dag_kit import (
@@ -96,17 +97,9 @@ def blobgc_reconcile():
         collections = checked_collections(step.conn, step.params, index_warnings=True)
         if not fix_run_plan(step):
             return []
-        seeds = not step.params["collections"]
-        if step.params["source"] == "inventory":
-            reports = [inventory.locate(step.s3, inventory_destinations(), scope.bucket, step.run.reference_time,
-                                        step.params["max_inventory_age_hours"])
-                       for scope in inventory.scopes(step.conn, blob_bucket(), collections, seeds=seeds,
-                                                     prefixes=step.params["prefixes"])]
-            return [Shard("", None, bucket=r.source_bucket, inventory=r.location).to_xcom() for r in reports]
-        shards = reconcile.plan_listing(step.conn, step.s3, blob_bucket(), collections, seeds=seeds,
-                                        prefixes=step.params["prefixes"], ranges=step.params["listing_ranges"],
-                                        bucket_variable=blob_bucket_origin(), list_s3=s3_for_collections(step.s3))
-        return [shard.to_xcom() for shard in shards]
+        return [shard.to_xcom() for shard in run_shards(step.conn, step.s3, s3_for_collections(step.s3), blob_bucket(),
+                collections, step.params, reference_time=step.run.reference_time,
+                destinations=inventory_destinations(), bucket_variable=blob_bucket_origin())]
 
     @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
                                                "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"

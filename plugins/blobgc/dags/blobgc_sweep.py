@@ -47,13 +47,7 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
 
-from blobgc.collectors.sweep import (
-    NotPlannedReport,
-    PlanExecution,
-    SweepResult,
-    execute_plan_part,
-    plan_collection,
-)
+from blobgc.collectors.sweep import NotPlannedReport, PlanExecution, SweepResult, execute_plan_part, plan_collection
 from blobgc.core.key_space import split_key_space
 from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import execution_report
@@ -70,15 +64,13 @@ from blobgc.dag_kit import (
     plan_params,
     report_run,
 )
-from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.dag_kit.collections import (
+    check_collection_buckets,
     checked_collections,
     collections_param,
     one_collection,
     references,
-    s3_for_collections,
 )
-from blobgc.dag_kit.variables import blob_bucket
 
 
 def grace_of(step: Step, bound) -> float:
@@ -108,9 +100,7 @@ def blobgc_sweep():
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params)
-        # a missing bucket fails here, named with its collection (one that may not be listed is left to the drain)
-        check_buckets(s3_for_collections(step.s3), collection_bucket_origins(collections, blob_bucket()),
-                      listing_needed=False)
+        check_collection_buckets(step.s3, collections)  # a missing bucket fails here, named with its collection
         if not fix_run_plan(step):
             return []
         return [{"collection": bound.name, "lo": lo, "hi": hi}

@@ -42,6 +42,7 @@ from blobgc.collectors.reconcile import (
     BLOB_OBJECTS,
     PAGE,
     KeySource,
+    Shard,
     ShardResult,
     check_age_floor,
     present_sources,
@@ -391,6 +392,13 @@ def reconcile_from_inventory(
              result.keys_checked, result.pages, result.accounted, result.orphans, result.orphan_bytes,
              "would go" if run.dry_run else "owed", result.too_young, result.unknown_keys, result.missing_objects)
     return result
+
+
+def report_shards(inventory_s3, destinations: dict[str, str], in_scope: Iterable[Scope],
+                  reference_time: datetime | None, max_age_hours: float) -> list[Shard]:
+    """An inventory run's shards: one per bucket in scope, each its newest usable report (`locate`)."""
+    reports = [locate(inventory_s3, destinations, scope.bucket, reference_time, max_age_hours) for scope in in_scope]
+    return [Shard("", None, bucket=r.source_bucket, inventory=r.location) for r in reports]
 
 
 def locate(inventory_s3, destinations: dict[str, str], bucket: str, reference_time: datetime | None,
