@@ -6,10 +6,12 @@ built once per version of the pinned lock (`requirements.txt`, used as constrain
 the lock and nothing beyond the package registries is fetched); every call rebuilds the wheel from the
 working tree and reinstalls it, with the dependencies it declares.
 
-    python scripts/install_venv.py        # prints the virtualenv's python
+    python scripts/install_venv.py                 # prints the virtualenv's python
+    python scripts/install_venv.py --airflow-only  # only the cached virtualenv (`make test` starts it early)
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -74,4 +76,7 @@ def install() -> Path:
 
 
 if __name__ == "__main__":
-    print(install())
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(VENV.parent / "install-venv.lock", "w") as lock:  # one build at a time (test workers, say)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        print(airflow_venv() if sys.argv[1:] == ["--airflow-only"] else install())

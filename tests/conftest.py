@@ -33,19 +33,55 @@ TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste
 """
 
 
+# `make test` runs the suite on two pytest-xdist workers. Each has a test database of its own (tests.helpers.TEST_DB),
+# its own buckets and Redis prefixes, and takes a DAG's lock (tests.helpers.dag_lock) to run it. The tests of each
+# group below share more: they run on one worker, one after the other, and first (they are the longest).
+SHARED = {
+    # the stack's own database, `blobgc` bucket and scheduler: the scheduler restarts on Celery in test_celery
+    "stack": ("tests/deploy/test_celery.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py"),
+    # one virtualenv with the wheel installed, built in the background from the start (below)
+    "install": ("tests/deploy/test_install.py",),
+    # Redis list media-thumb-queue, the queue of the application's thumbnail workers (docs/reference.md §3)
+    "media": ("tests/collectors/test_media_cleanup.py", "tests/dags/test_blobgc_media.py",
+              "tests/demo_app/test_media.py"),
+}
+
+
+def shared_group(nodeid: str) -> str | None:
+    return next((group for group, files in SHARED.items() if nodeid.split("::")[0] in files), None)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Tests are sent to the workers one by one, but a SHARED group's tests all to one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return shared_group(nodeid) or nodeid
+
+    return SharedGroups(config, log)
+
+
 def pytest_collection_finish(session):
-    """The install test's virtualenv takes a minute of pip: build it while the rest of the suite runs."""
-    if any(item.nodeid.startswith("tests/deploy/test_install.py") for item in session.items):
+    """The install test's virtualenv takes a minute of pip: build it while the rest of the suite runs (on the first
+    worker; another worker that runs the install tests waits for that build, then reinstalls the wheel)."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    if any(shared_group(item.nodeid) == "install" for item in session.items):
         from tests.support.install import start_building
 
         start_building()
 
 
 def pytest_collection_modifyitems(items):
-    """A test that needs the running stack (directly or through a fixture) is an integration test."""
+    """A test that needs the running stack (directly or through a fixture) is an integration test. On xdist
+    workers, the SHARED groups come first: the longest work starts first, and the rest fills in around it."""
     for item in items:
         if "stack" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        order = list(SHARED)
+        items.sort(key=lambda item: order.index(group) if (group := shared_group(item.nodeid)) else len(order))
 
 
 @pytest.fixture(scope="session")

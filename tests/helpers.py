@@ -3,7 +3,9 @@ Airflow: `run_dag` (a DAG run in this process, as `airflow dags test` does it) a
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -26,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 NOW = datetime.now(timezone.utc)  # when the tests started: data is made old relative to it, never the clock moved
 FAR_FUTURE = datetime(2030, 1, 1, tzinfo=timezone.utc)  # a mistyped logical date, years ahead
-TEST_DB = os.environ.get("BLOBGC_TEST_DB", "blobgc_test")  # a session of its own may use another
+# A session of its own may use another test database; each pytest-xdist worker (`make test` runs two) has its own.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+TEST_DB = os.environ.get("BLOBGC_TEST_DB", "blobgc_test") + (f"_{WORKER}" if WORKER else "")
 
 
 def make_blobs(conn, s3, bucket: str, n: int, *, prefix: str = "b", size: int = 100,
@@ -76,9 +80,39 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
     env = dict(os.environ)
     env.update(env_extra or {})
     argv = list(args)
-    if argv[:2] == ["dags", "test"] and not whole_dags_folder and "-f" not in argv:
+    if argv[:2] != ["dags", "test"]:
+        return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if not whole_dags_folder and "-f" not in argv:
         argv += ["-f", str(ROOT / "dags" / f"{argv[2]}.py")]
-    return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    with dag_lock(argv[2]), contextlib.ExitStack() as every_dag:  # it writes every DAG's next version
+        for dag_file in sorted((ROOT / "dags").glob("*.py")):
+            every_dag.enter_context(dag_lock(f"{dag_file.stem}.sync"))
+        return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+_held: dict[str, tuple[Any, int]] = {}
+
+
+@contextlib.contextmanager
+def dag_lock(dag_id: str, *, shared: bool = False) -> Iterator[None]:
+    """A DAG's lock among the pytest-xdist workers, which share the stack's metadata database. In-process runs of
+    one DAG may overlap (`shared`): each has its own run id and test database. A test takes it alone while it has
+    the DAG unpaused for the stack's scheduler (which would run another worker's run, or have it paused under
+    it), and so does a run dated by hand (`DAG.test()` clears the DAG's runs of its date) or writing the DAG's next
+    version (`dag_lock(f"{dag_id}.sync")`). A lock file each, held again freely (in any mode) by the same process."""
+    handle, depth = _held.get(dag_id, (None, 0))
+    if handle is None:
+        handle = open(Path(tempfile.gettempdir()) / f"blobgc-tests-{dag_id}.lock", "w")  # noqa: SIM115
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+    _held[dag_id] = (handle, depth + 1)
+    try:
+        yield
+    finally:
+        handle, depth = _held.pop(dag_id)
+        if depth > 1:
+            _held[dag_id] = (handle, depth - 1)
+        else:
+            handle.close()  # closing the file releases the lock
 
 
 @dataclass(frozen=True)
@@ -127,10 +161,16 @@ def _everything_printed() -> Iterator[dict[str, str]]:
         os.dup2(sink.fileno(), 1)
         os.dup2(sink.fileno(), 2)
         text = open(sink.fileno(), "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")  # noqa: SIM115
+        # Records of the standard library's logging too: a log renderer set up earlier may hold another stream
+        # (pytest's capture) than the one the CLI would print to.
+        records = logging.StreamHandler(text)
+        records.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(records)
         try:
             with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
                 yield printed
         finally:
+            logging.getLogger().removeHandler(records)
             text.flush()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
@@ -162,11 +202,12 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
             kwargs: dict[str, Any] = {"run_conf": conf}
             if logical_date is not None:
                 kwargs["logical_date"] = logical_date
-            _pause(dag_id)
-            dag_run = bag.dags[dag_id].test(**kwargs)
-            run_id, state = dag_run.run_id, str(dag_run.state)
-            task_states = {ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]":
-                           str(ti.state) if ti.state else None for ti in dag_run.get_task_instances()}
+            with dag_lock(dag_id, shared=logical_date is None), _syncing_only(dag_id):
+                _pause(dag_id)
+                dag_run = bag.dags[dag_id].test(**kwargs)
+                run_id, state = dag_run.run_id, str(dag_run.state)
+                task_states = {ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]":
+                               str(ti.state) if ti.state else None for ti in dag_run.get_task_instances()}
             returncode = 1 if state == "failed" else 0
             if returncode:
                 print("DagRun failed")
@@ -174,6 +215,29 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
             traceback.print_exc()
             returncode, error = 1, caught
     return DagTestRun(returncode, printed["output"], run_id, state, task_states, error)
+
+
+@contextlib.contextmanager
+def _syncing_only(dag_id: str) -> Iterator[None]:
+    """`DAG.test()` writes every DAG of the folder to the metadata database before each run (Airflow parses the
+    whole bundle, for a TriggerDagRunOperator's targets: apache/airflow#64884), about 1.3 s a run here. No blobgc
+    DAG triggers another, and the stack's dag-processor keeps the others current: this run writes its own."""
+    import airflow.dag_processing.dagbag as dagbag
+
+    whole_bundle, sync = dagbag.BundleDagBag, dagbag.sync_bag_to_db
+
+    def this_file(*, dag_folder: str, **kwargs: Any):
+        return whole_bundle(dag_folder=str(Path(dag_folder) / f"{dag_id}.py"), **kwargs)
+
+    def one_writer(*args: Any, **kwargs: Any):
+        with dag_lock(f"{dag_id}.sync"):
+            return sync(*args, **kwargs)
+
+    dagbag.BundleDagBag, dagbag.sync_bag_to_db = this_file, one_writer
+    try:
+        yield
+    finally:
+        dagbag.BundleDagBag, dagbag.sync_bag_to_db = whole_bundle, sync
 
 
 def assert_param_refused(result: DagTestRun, message: str) -> None:

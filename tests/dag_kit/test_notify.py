@@ -305,5 +305,5 @@ def test_a_malformed_variable_fails_a_dags_first_task_before_it_deletes_anything
                                              "AIRFLOW_VAR_BLOBGC_NOTIFY": '{"pager": {}}'})
     assert run.returncode == 1 and run.task_states["plan_shards"] == "failed", run.task_states
     assert "success" not in run.task_states.values(), run.task_states
-    assert "Variable blobgc_notify has unknown channel(s) pager" in run.output
+    assert "Variable blobgc_notify has unknown channel(s) pager" in run.output, run.output[-4000:]
     assert conn.execute("SELECT count(*) FROM app.blob WHERE id = ANY(%s)", (ids,)).fetchone()[0] == 2

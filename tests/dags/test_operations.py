@@ -22,7 +22,7 @@ import pytest
 from blobgc.core.clients import s3_client_from_env
 from blobgc.core.keys import content_key
 from demo_app.pastes import create_paste
-from tests.helpers import airflow, airflow_api, cached_keys, s3_outage
+from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, s3_outage
 
 
 DAG = "blobgc_paste_expiry"
@@ -61,6 +61,13 @@ def wait_for_runs(run_ids: list[str], timeout: float = 420) -> dict[str, str]:
 def tries(run_id: str) -> dict[str, int]:
     tis = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
     return {f"{ti['task_id']}[{ti['map_index']}]": ti["try_number"] for ti in tis}
+
+
+@pytest.fixture(autouse=True)
+def paste_expiry_to_this_test():
+    """The DAG is unpaused for the scheduler here: no other test worker runs it meanwhile."""
+    with dag_lock(DAG):
+        yield
 
 
 @pytest.fixture

@@ -16,8 +16,10 @@ import urllib.error
 import uuid
 from datetime import datetime, timezone
 
+import pytest
+
 from blobgc.core.clients import s3_client_from_env
-from tests.helpers import ROOT, airflow_api
+from tests.helpers import ROOT, airflow_api, dag_lock
 
 
 DAG = "blobgc_reconcile"
@@ -48,6 +50,13 @@ def trigger_dry_reconcile(tag: str, prefixes: list[str]) -> str:
             if error.code != 409:  # a run at that logical date exists already: take now instead
                 raise
     raise AssertionError("could not trigger the reconcile run")
+
+
+@pytest.fixture(autouse=True)
+def reconcile_to_this_test():
+    """The DAG is unpaused for the scheduler here: no other test worker runs it meanwhile."""
+    with dag_lock(DAG):
+        yield
 
 
 def test_celery_executor_runs_reconcile_shards_on_both_workers(stack):

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit
 import psycopg
 import pytest
 
-from tests.helpers import AIRFLOW_API, airflow_api, airflow_token
+from tests.helpers import AIRFLOW_API, airflow_api, airflow_token, dag_lock
 from tests.reclaim.test_app import ARTIFACTS, ROOT
 from tests.support.restore import swept_run
 
@@ -378,7 +378,15 @@ def sign_in_if_asked(page, user: str = "admin", password: str = "admin") -> None
         page.get_by_role("button", name="Sign in").click()
 
 
-def test_undo_from_the_receipt_in_chromium_restores_the_runs_objects(stack, stack_db, swept, chromium):
+@pytest.fixture
+def restore_to_this_test():
+    """blobgc_restore is unpaused for the scheduler here: no other test worker runs it meanwhile."""
+    with dag_lock("blobgc_restore"):
+        yield
+
+
+def test_undo_from_the_receipt_in_chromium_restores_the_runs_objects(stack, stack_db, swept, chromium,
+                                                                      restore_to_this_test):
     run, s3, bucket = swept["run"], swept["s3"], swept["bucket"]
     keys = [k for blob_id in swept["garbage"] for k in (f"blobs/{blob_id}/raw", f"blobs/{blob_id}/thumbnail")]
     for key in keys:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.helpers import ROOT, _environment, _everything_printed, _pause
+from tests.helpers import ROOT, _environment, _everything_printed, _pause, dag_lock
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def run_task_by_hand(dag_id: str, task_id: str, run_id: str, *, map_index: int =
     from airflow.sdk.definitions.dag import _run_task
     from airflow.serialization.serialized_objects import DagSerialization
 
-    with _environment(env_extra or {}), _everything_printed() as printed:
+    with _environment(env_extra or {}), _everything_printed() as printed, dag_lock(dag_id, shared=True):
         bag = DagBag(dag_folder=str(ROOT / "dags" / f"{dag_id}.py"))
         if dag_id not in bag.dags:
             raise RuntimeError(f"{dag_id} did not parse: {bag.import_errors}")
