@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 NOW = datetime.now(timezone.utc)  # when the tests started: data is made old relative to it, never the clock moved
 FAR_FUTURE = datetime(2030, 1, 1, tzinfo=timezone.utc)  # a mistyped logical date, years ahead
-# A session of its own may use another test database; each pytest-xdist worker (`make test` runs two) has its own.
+# A session of its own may use another test database; each pytest-xdist worker (`make test` runs three) has its own.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 TEST_DB = os.environ.get("BLOBGC_TEST_DB", "blobgc_test") + (f"_{WORKER}" if WORKER else "")
 
@@ -84,9 +84,7 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
         return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     if not whole_dags_folder and "-f" not in argv:
         argv += ["-f", str(ROOT / "dags" / f"{argv[2]}.py")]
-    with dag_lock(argv[2]), contextlib.ExitStack() as every_dag:  # it writes every DAG's next version
-        for dag_file in sorted((ROOT / "dags").glob("*.py")):
-            every_dag.enter_context(dag_lock(f"{dag_file.stem}.sync"))
+    with dag_lock(argv[2]):
         return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -91,11 +91,9 @@ def test_future_logical_date_sweep_keeps_blobs_within_their_grace(conn, s3, buck
     recent, old = make_blobs(conn, s3, bucket, 2)
     set_unused_since(conn, [recent], "2 hours")
     set_unused_since(conn, [old], "3 days")
-    result = airflow("dags", "test", "blobgc_sweep", FAR_FUTURE.date().isoformat(),
-                     env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
-    assert "clamped" in output
+    result = run_dag("blobgc_sweep", logical_date=FAR_FUTURE, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    assert result.returncode == 0, result.output[-3000:]
+    assert "clamped" in result.output
     assert {r[0] for r in conn.execute("SELECT id FROM app.blob")} == {recent}
     assert object_keys(s3, bucket) == set(blob_keys(recent))
     reference = conn.execute("SELECT reference_time FROM blobgc.run WHERE dag_id = 'blobgc_sweep'").fetchone()[0]
