@@ -41,6 +41,8 @@ SHARED = {
     "stack": ("tests/deploy/test_celery.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py"),
     # one virtualenv with the wheel installed, built in the background from the start (below)
     "install": ("tests/deploy/test_install.py",),
+    # the stack's pools: a test deletes blobgc_s3 for a while (holding every DAG's lock), another expects it
+    "pools": ("tests/dag_kit/test_pools.py",),
     # Redis list media-thumb-queue, the queue of the application's thumbnail workers (docs/reference.md §3)
     "media": ("tests/collectors/test_media_cleanup.py", "tests/dags/test_blobgc_media.py",
               "tests/demo_app/test_media.py"),

@@ -113,6 +113,16 @@ def dag_lock(dag_id: str, *, shared: bool = False) -> Iterator[None]:
             handle.close()  # closing the file releases the lock
 
 
+@contextlib.contextmanager
+def every_dag_alone() -> Iterator[None]:
+    """Every DAG's lock, alone (in one order, so that two holders cannot wait on each other): for a test that takes
+    away for a while what every run needs, such as one of the stack's pools."""
+    with contextlib.ExitStack() as locks:
+        for dag_file in sorted((ROOT / "dags").glob("*.py")):
+            locks.enter_context(dag_lock(dag_file.stem))
+        yield
+
+
 @dataclass(frozen=True)
 class DagTestRun:
     """What `run_dag` saw: `returncode` as `airflow dags test` would exit, everything printed (`output`), the

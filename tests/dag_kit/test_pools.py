@@ -156,20 +156,22 @@ def test_the_api_url_comes_from_the_http_connections_fields():
 
 def test_a_real_sweep_run_without_its_s3_pool_fails_its_first_task_and_deletes_nothing(
         stack, conn, s3, bucket, with_api_connection):
-    """The wiring: gc_step's first task (plan_shards) asks the REST API, and the pooled tasks never start."""
-    from tests.helpers import make_blobs, run_dag, set_unused_since
+    """The wiring: gc_step's first task (plan_shards) asks the REST API, and the pooled tasks never start. No
+    other test worker runs a DAG while the stack's pool is gone."""
+    from tests.helpers import every_dag_alone, make_blobs, run_dag, set_unused_since
 
     ids = make_blobs(conn, s3, bucket, 2)
     set_unused_since(conn, ids, "3 days")
     saved = airflow_api(f"/api/v2/pools/{S3_POOL}")
     request = urllib.request.Request(f"{AIRFLOW_API}/api/v2/pools/{S3_POOL}", method="DELETE",
                                      headers={"Authorization": f"Bearer {airflow_token()}"})
-    urllib.request.urlopen(request, timeout=30).close()
-    try:
-        run = run_dag("blobgc_sweep", env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
-    finally:  # the stack's pool comes back as it was
-        airflow_api("/api/v2/pools", method="POST", body={k: saved[k] for k in ("name", "slots", "description",
-                                                                                  "include_deferred")})
+    with every_dag_alone():
+        urllib.request.urlopen(request, timeout=30).close()
+        try:
+            run = run_dag("blobgc_sweep", env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+        finally:  # the stack's pool comes back as it was
+            airflow_api("/api/v2/pools", method="POST", body={k: saved[k] for k in (
+                "name", "slots", "description", "include_deferred")})
     assert run.returncode == 1 and run.task_states["plan_shards"] == "failed", run.task_states
     assert "success" not in run.task_states.values(), run.task_states
     assert f"pool '{S3_POOL}' does not exist: create it with `airflow pools set {S3_POOL} 4" in run.output
