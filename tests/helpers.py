@@ -80,11 +80,10 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
     env = dict(os.environ)
     env.update(env_extra or {})
     argv = list(args)
-    if argv[:2] != ["dags", "test"]:
-        return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if not whole_dags_folder and "-f" not in argv:
+    dag_test = argv[:2] == ["dags", "test"]
+    if dag_test and not whole_dags_folder and "-f" not in argv:
         argv += ["-f", str(ROOT / "dags" / f"{argv[2]}.py")]
-    with dag_lock(argv[2]):
+    with dag_lock(argv[2]) if dag_test else contextlib.nullcontext():
         return subprocess.run(["airflow", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
