@@ -21,13 +21,14 @@ help:
 	@echo "make lock      regenerate the pinned lock requirements.txt from pyproject.toml and requirements-dev.in"
 	@echo "python -m blobgc.dags install FOLDER ...   enable the packaged DAGs in a DAG folder (README, Install)"
 
-# The lock pins every package (`make lock` freezes a whole environment): --no-deps skips resolving it again and
-# `pip check` proves it whole; --no-compile leaves bytecode to first import, for the modules used (125 s of pip
-# with resolution and bytecode, 105 s without, on 2 cores)
+# The lock pins every package (`make lock` freezes a whole environment), uv among them: uv installs the rest
+# (--no-deps: the lock is resolved already; `uv pip check` proves it whole). 12 s on 2 cores with an empty cache,
+# where pip took 105 s (docs/benchmarks.md). Bytecode is compiled on first import, for the modules used.
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-compile -r requirements.txt
-	$(VENV)/bin/pip check --disable-pip-version-check
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements.txt)"
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -r requirements.txt
+	$(VENV)/bin/uv pip check --quiet --python $(VENV)/bin/python
 	touch $@
 
 # plugins/ on the venv's path (a .pth file), as Airflow puts it on its own: `blobgc` and `demo_app` import
@@ -68,10 +69,10 @@ browser:
 	bash scripts/install_chromium.sh
 
 # The layering contract (.importlinter, README "Layout") first: it takes a second and fails fast. The install
-# test's virtualenv of Airflow alone (cached; a minute of pip when the lock changed) is built in the background
-# meanwhile, on the core that the .venv's pip leaves idle; the test waits for it (scripts/install_venv.py).
-test:
-	mkdir -p .blobgc && { $(PYTHON) scripts/install_venv.py --airflow-only > .blobgc/install-venv.log 2>&1 & }
+# test's virtualenv of Airflow alone (cached; rebuilt by uv when the lock changed) is built in the background
+# meanwhile, while the stack starts; the test waits for it (scripts/install_venv.py).
+test: venv
+	mkdir -p .blobgc && { $(VENV)/bin/python scripts/install_venv.py --airflow-only > .blobgc/install-venv.log 2>&1 & }
 	$(MAKE) up browser tls-postgres layers
 	source $(ENV) && python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc

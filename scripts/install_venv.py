@@ -43,8 +43,10 @@ def airflow_venv() -> Path:
     if stamp.exists() and stamp.read_text() == digest and (VENV / "bin" / "airflow").exists():
         return VENV
     shutil.rmtree(VENV, ignore_errors=True)
-    run(sys.executable, "-m", "venv", VENV)
-    run(VENV / "bin" / "pip", "install", *INSTALL, "-c", LOCK, *AIRFLOW)
+    run(sys.executable, "-m", "venv", VENV)  # with pip, for the README's own install step (install(), below)
+    # Airflow is the team's, already there: installed by the checkout's uv (the lock's), resolved under the lock
+    run(ROOT / ".venv" / "bin" / "uv", "pip", "install", "--quiet", "--python", VENV / "bin" / "python",
+        "-c", LOCK, *AIRFLOW)
     stamp.write_text(digest)
     return VENV
 
