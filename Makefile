@@ -22,12 +22,13 @@ help:
 	@echo "python -m blobgc.dags install FOLDER ...   enable the packaged DAGs in a DAG folder (README, Install)"
 
 # The lock pins every package (`make lock` freezes a whole environment), uv among them: uv installs the rest
-# (--no-deps: the lock is resolved already; `uv pip check` proves it whole). 12 s on 2 cores with an empty cache,
-# where pip took 105 s (docs/benchmarks.md). Bytecode is compiled on first import, for the modules used.
+# (--no-deps: the lock is resolved already; `uv pip check` proves it whole), bytecode compiled on both cores so
+# that the stack's processes and the test workers, starting together, do not each compile what they import.
+# 24 s on 2 cores with an empty cache, where pip took 105 s without bytecode (docs/benchmarks.md).
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements.txt)"
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -r requirements.txt
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps --compile-bytecode -r requirements.txt
 	$(VENV)/bin/uv pip check --quiet --python $(VENV)/bin/python
 	touch $@
 
