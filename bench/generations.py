@@ -184,7 +184,8 @@ def ours(dsn: str, s3, bucket: str, rate: float) -> dict:
     plan_s, generations = timed(lambda: eligible_generations(conn, opened))
     # plan every generation, then execute the plan (in the DAG: mapped tasks on either side of the gate)
     collect_s, collected = timed(lambda: collect_generations(
-        conn, run, generations, collectable=opened.collectable, bucket=bucket, false_positive_rate=rate,
+        conn, run, generations, approved_by="bench",
+            collectable=opened.collectable, bucket=bucket, false_positive_rate=rate,
         workers=COLLECT_WORKERS, connect=lambda: pg_connect(dsn)))
     drain_s, drained = timed(lambda: delete_owed_objects(conn, s3, run, workers=OUTBOX_DRAINS,
                                                          connect=lambda: pg_connect(dsn)))

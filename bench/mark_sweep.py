@@ -38,8 +38,9 @@ from blobgc.collectors.mark import mark_collection, mark_unused_blobs  # noqa: E
 from blobgc.core.collections import Collection, bind  # noqa: E402
 from blobgc.core.objects import delete_objects_in_batches  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
-from blobgc.core.plans import APPROVED, PASSED, PLAN_MAX_AGE_HOURS, GateSettings, fix_plan, judge  # noqa: E402
-from blobgc.core.plans import record_judgement, require_go  # noqa: E402
+from blobgc.core.gate import GateSettings, judge, record_judgement  # noqa: E402
+from blobgc.core.plans import APPROVED, PASSED, PLAN_MAX_AGE_HOURS, fix_plan  # noqa: E402
+from blobgc.core.plans import require_go  # noqa: E402
 from blobgc.core.references import discover_references  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part  # noqa: E402

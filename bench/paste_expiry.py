@@ -43,6 +43,7 @@ from blobgc.core.cache_purge import purge_owed_cache_keys  # noqa: E402
 from blobgc.core.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects  # noqa: E402
 from blobgc.collectors.paste_expiry import check_ref_counts, execute_planned_pastes, plan_due_pastes  # noqa: E402
+from blobgc.core.gate import let_through  # noqa: E402
 from blobgc.core.keys import content_key  # noqa: E402
 from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
@@ -175,6 +176,7 @@ def ours(dsn: str, s3, bucket: str, prefix: str, workers: int) -> dict:
 
     out["plan_s"], planned = timed(lambda: plan_due_pastes(conn, run, bucket=bucket, workers=workers,
                                                            connect=connect))
+    out["gate_s"], _decision = timed(lambda: let_through(conn, run, approved_by="bench"))  # the gate, as the DAG's
     out["execute_s"], executed = timed(lambda: execute_planned_pastes(conn, run, redis_prefix=prefix,
                                                                       workers=workers, connect=connect))
     assert (executed.pastes_deleted, executed.objects_owed) == (planned.pastes, planned.objects), (planned, executed)

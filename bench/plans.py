@@ -59,16 +59,14 @@ from blobgc.collectors.sweep import execute_plan_part, plan_collection  # noqa: 
 from blobgc.core.clients import pg_connect, require_env  # noqa: E402
 from blobgc.core.collections import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
+from blobgc.core.gate import GateSettings, judge, record_judgement  # noqa: E402
 from blobgc.core.plans import (  # noqa: E402
     APPROVED,
     PASSED,
-    GateSettings,
     check_fresh,
     fix_plan,
-    judge,
     plan_of,
     plan_parts,
-    record_judgement,
     require_go,
 )
 from blobgc.core.references import discover_references  # noqa: E402

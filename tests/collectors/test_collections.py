@@ -15,6 +15,7 @@ from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run
+from blobgc.core.gate import let_through
 from tests.helpers import NOW, backdate_object, object_keys
 from tests.support.collections import (
     add_upload,
@@ -96,6 +97,7 @@ def test_a_second_application_is_marked_swept_reconciled_and_restored_exactly(co
                for shard in collection_shards([bound])]
     assert sum(r.orphans for r in results) == 2 and sum(r.too_young for r in results) == 1
     assert sum(r.unknown_keys for r in results) == 2
+    let_through(conn, rrun, approved_by="tests")
     owe_planned_objects(conn, rrun)  # the plan, once the gate let it through
     delete_owed_objects(conn, s3, rrun)
     assert object_keys(s3, bucket) == (every_key - gone) | {young} | unknown

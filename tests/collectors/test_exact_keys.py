@@ -18,7 +18,8 @@ from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_pa
 from blobgc.core.collections import bind, parse_collections
 from blobgc.core.inventory import Destination
 from blobgc.core.outbox import delete_owed_objects, record_deletions
-from blobgc.core.plans import APPROVED, GateSettings, fix_plan, judge, record_judgement
+from blobgc.core.gate import GateSettings, judge, record_judgement
+from blobgc.core.plans import APPROVED, fix_plan
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.inventory import report_of_bucket

@@ -18,6 +18,7 @@ from blobgc.core.locks import GENERATION_LOCK_CLASS, hold_generation_shared
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.plans import PlanRefused, execution_report, fix_plan
 from blobgc.core.runs import RunRef, finish_run
+from blobgc.core.gate import let_through
 from demo_app.mail import BlobGone, add_reference, delete_reference, lock_current_generation, store_blob
 from tests.helpers import backend_waiting_on_lock, wait_until
 from tests.support.generations import blobs, mail_keys, old_generation_with, run_ref
@@ -35,7 +36,8 @@ EXACT = 1e-9
 def iteration(conn, s3, bucket: str, run: RunRef, opened: OpenedGeneration, fpr: float = EXACT, **kwargs) -> dict:
     """One run's collection and drain, as the DAG's collect, delete_planned_blobs and delete_owed_objects tasks do
     it (planning every generation first, then executing the plan; the gate is the DAG's)."""
-    collected = collect_generations(conn, run, eligible_generations(conn, opened), collectable=opened.collectable,
+    collected = collect_generations(conn, run, eligible_generations(conn, opened), approved_by="tests",
+                                    collectable=opened.collectable,
                                     bucket=bucket, false_positive_rate=fpr, **kwargs)
     delete_owed_objects(conn, s3, run)
     return collected
@@ -175,7 +177,8 @@ def test_a_salted_false_positive_is_collected_by_a_later_run(conn, s3, bucket):
     opened = OpenedGeneration(3, opened=False)
 
     def collect(salt: str) -> set[str]:  # each attempt is a run of its own (a run plans once)
-        collect_generation(conn, run_ref(conn, f"fp {salt}"), generation=1, collectable=opened.collectable,
+        collect_generation(conn, run_ref(conn, f"fp {salt}"), approved_by="tests",
+                           generation=1, collectable=opened.collectable,
                            bucket=bucket, false_positive_rate=0.3, salt=salt)
         return set(blobs(conn))
 
@@ -209,7 +212,7 @@ def test_a_failed_reference_scan_deletes_nothing(conn, other_conn, s3, bucket, t
         other_conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
     with pytest.raises(psycopg.OperationalError):
-        collect_generation(conn, run, generation=1, collectable=1, bucket=bucket, scan_page=100,
+        collect_generation(conn, run, approved_by="tests", generation=1, collectable=1, bucket=bucket, scan_page=100,
                            on_scan_page=connection_lost_after_first_page)
     assert (blobs(other_conn), deletions(other_conn), mail_keys(s3, bucket)) == before
     assert other_conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0
@@ -217,7 +220,8 @@ def test_a_failed_reference_scan_deletes_nothing(conn, other_conn, s3, bucket, t
 
     # the task's retry, on a new connection, completes the collection
     with pg_connect(test_dsn) as retry:
-        result = collect_generation(retry, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT)
+        result = collect_generation(retry, run, approved_by="tests",
+                                    generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT)
         assert (result.references_scanned, result.blobs_deleted, result.blobs_kept) == (300, 20, 0)
         delete_owed_objects(retry, s3, run)
     assert set(blobs(other_conn)) == referenced
@@ -227,7 +231,8 @@ def test_a_failed_reference_scan_deletes_nothing(conn, other_conn, s3, bucket, t
 def test_collecting_on_two_connections_deletes_exactly_the_unreferenced(conn, s3, bucket, test_dsn):
     referenced, garbage = old_generation_with(conn, s3, bucket, referenced=40, garbage=60)
     run = run_ref(conn, "two")
-    result = collect_generation(conn, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT,
+    result = collect_generation(conn, run, approved_by="tests",
+                                generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT,
                                 batch_size=7, workers=2, connect=lambda: pg_connect(test_dsn))
     assert (result.candidates, result.blobs_deleted, result.deletions_cleared, result.blobs_kept) == (60, 60, 60, 0)
     assert set(blobs(conn)) == referenced and deletions(conn) == []
@@ -267,10 +272,11 @@ def test_a_generation_newer_than_n_minus_2_is_never_collected(conn, s3, bucket):
     opened = open_generation(conn, run_ref(conn, "r2"))
     assert eligible_generations(conn, opened) == []
     with pytest.raises(GenerationError, match="too recent"):
-        collect_generation(conn, run_ref(conn, "r2"), generation=1, collectable=opened.collectable, bucket=bucket)
+        collect_generation(conn, run_ref(conn, "r2"), approved_by="tests",
+                           generation=1, collectable=opened.collectable, bucket=bucket)
     # a caller claiming a wider range is refused by the database's current generation too
     with pytest.raises(GenerationError, match="too recent"):
-        collect_generation(conn, run_ref(conn, "r2"), generation=1, collectable=5, bucket=bucket)
+        collect_generation(conn, run_ref(conn, "r2"), approved_by="tests", generation=1, collectable=5, bucket=bucket)
     assert blobs(conn) == {stored.blob_id: 1}
 
 
@@ -284,7 +290,8 @@ def test_a_writer_that_read_an_old_generation_is_waited_for(conn, other_conn, s3
 
     def collect() -> object:
         with pg_connect(test_dsn) as own:
-            return collect_generation(own, run, generation=1, collectable=opened.collectable, bucket=bucket,
+            return collect_generation(own, run, approved_by="tests",
+                                      generation=1, collectable=opened.collectable, bucket=bucket,
                                       false_positive_rate=EXACT)
 
     pool = ThreadPoolExecutor(1)
@@ -338,6 +345,8 @@ def test_adding_a_reference_to_a_blob_being_collected(conn, other_conn, s3, buck
         assert add_reference(other_conn, owner_id="copy-of-during", blob_id=during) == 1
         planned = planning.result(timeout=30)
     assert (planned.blobs_planned, planned.blobs_kept) == (3, 1)
+
+    let_through(conn, run, approved_by="tests")
 
     def execute() -> object:
         with pg_connect(test_dsn) as own:
@@ -407,6 +416,7 @@ def test_a_dry_runs_plan_executed_deletes_exactly_the_plan_and_skips_what_was_re
     assert fix_plan(conn, real, "dry", 24) == "dry"
     opened = open_generation(conn, real, plans=False)
     assert (opened.generation, opened.opened, eligible_generations(conn, opened)) == (4, True, [])  # plans nothing
+    let_through(conn, real, approved_by="tests")
     for _ in range(2):  # a retried delete task deals with each item once
         result = execute_plan_part(conn, real, part=plan_part(1))
     delete_owed_objects(conn, s3, real)
@@ -447,9 +457,10 @@ def test_a_retried_planning_task_plans_its_generation_once(conn, s3, bucket):
     assert blobs(conn).keys() == referenced | garbage  # planning deletes nothing
     assert conn.execute("SELECT attempts, blobs_deleted, blobs_kept, finished_at FROM blobgc.generation_collection"
                         ).fetchone() == (2, 0, 0, None)
+    let_through(conn, run, approved_by="tests")
     result = execute_plan_part(conn, run, part=plan_part(1))
     assert (result.items, result.blobs_deleted, result.deletions_cleared) == (3, 5, 5)
-    with pytest.raises(PlanRefused, match="executed part of it"):  # once executing, the plan stays as it is
+    with pytest.raises(PlanRefused, match="may not plan again: its gate judged the plan"):  # judged, it stays as it is
         plan_generation(conn, run, generation=1, collectable=1, bucket=bucket, false_positive_rate=EXACT)
 
 
@@ -458,7 +469,8 @@ def test_a_deletion_whose_blob_has_no_row_is_planned_and_cleared(conn, s3, bucke
     ghost = ids(1, "ghost")[0]  # a deletion of generation 1 whose blob has no row (collected elsewhere)
     conn.execute("INSERT INTO gen.deletion (blob_id, generation, deleted_at, gc_iteration) VALUES (%s, 1, now(), 3)",
                  (ghost,))
-    result = collect_generation(conn, run_ref(conn, "real"), generation=1, collectable=1, bucket=bucket,
+    result = collect_generation(conn, run_ref(conn, "real"), approved_by="tests",
+                                generation=1, collectable=1, bucket=bucket,
                                 false_positive_rate=EXACT)
     assert (result.blobs_deleted, result.deletions_cleared, result.skipped_rereferenced) == (1, 2, 0)
     assert [(sorted(i[3]), i[4]) for i in planned_items(conn, "real")] == [(sorted([*garbage, ghost]),
@@ -473,7 +485,8 @@ def test_dry_run_reports_and_changes_nothing(conn, s3, bucket):
     opened = open_generation(conn, run)
     assert (opened.generation, opened.opened) == (4, False)
     for _ in range(2):  # a retried dry run writes its report once
-        result = collect_generation(conn, run, generation=1, collectable=opened.collectable, bucket=bucket,
+        result = collect_generation(conn, run, approved_by="tests",
+                                    generation=1, collectable=opened.collectable, bucket=bucket,
                                     false_positive_rate=EXACT)
         assert (result.blobs_deleted, result.deletions_cleared, result.blobs_kept) == (5, 5, 0)
     assert (blobs(conn), deletions(conn), mail_keys(s3, bucket)) == before

@@ -17,6 +17,7 @@ from blobgc.core.locks import IMAGE_LOCK_CLASS, session_stripe
 from blobgc.core.outbox import cancel_upload_intent, delete_owed_objects, owe_upload_intent
 from blobgc.core.plans import execution_report, fix_plan
 from blobgc.core.runs import RunRef, ensure_run, finish_run
+from blobgc.core.gate import let_through
 from demo_app.images import CLEANUP_DAG, UnknownImage, attach_images, pre_upload
 from tests.helpers import NOW, backend_waiting_on_lock, object_keys, wait_until
 from tests.photo_server import jpeg
@@ -34,6 +35,8 @@ def plan(conn, settings, *, grace_days: int = 14, dry_run: bool = False, name: s
 
 
 def execute(conn, run, *, grace_days: int = 14):
+    """The gate lets the plan through (approved by "tests" past the threshold), then the delete task executes it."""
+    let_through(conn, run, approved_by="tests")
     return execute_image_plan(conn, run, cutoff=NOW - timedelta(days=grace_days))
 
 
@@ -308,6 +311,7 @@ def test_a_row_touched_since_the_plan_is_skipped_by_a_run_with_a_shorter_grace(c
         conn.execute("UPDATE app.image SET last_update = now() WHERE image_id = %s", (touched,))
     real, _ = plan(conn, settings, name="grace-0", from_plan=dry.run_id)
     now = conn.execute("SELECT now()").fetchone()[0]  # grace_days 0: the run's own cut-off is the present
+    let_through(conn, real, approved_by="tests")
     result = execute_image_plan(conn, real, cutoff=now)
     assert (result.rows_deleted, result.skipped_rows, result.objects_owed) == (1, 1, len(SIZES))
     assert [r[0] for r in image_rows(conn)] == [touched]

@@ -16,7 +16,8 @@ from blobgc.core.cache_purge import purge_owed_cache_keys
 from blobgc.core.clients import pg_connect, s3_client_from_env
 from blobgc.core.keys import content_key
 from blobgc.core.outbox import delete_owed_objects
-from blobgc.core.plans import PASSED, GateSettings, execution_report, fix_plan, judge, plan_parts, record_judgement
+from blobgc.core.gate import GateSettings, judge, record_judgement
+from blobgc.core.plans import PASSED, execution_report, fix_plan, plan_parts
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from demo_app.pastes import create_paste
 from tests.helpers import NOW, cached_keys, object_keys
@@ -141,7 +142,8 @@ def test_batches_cross_1000_with_one_s3_call_and_one_redis_round_trip_each(conn,
     counting.meta.events.register("before-parameter-build.s3.DeleteObjects",
                                   lambda params, **_: calls.append(len(params["Delete"]["Objects"])))
     run = new_run(conn)
-    expired = expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    expired = expire_due_pastes(conn, run, approved_by="tests",
+                                expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
     assert (expired.pastes_deleted, expired.contents_deleted, expired.batches) == (n, n, 2)
     assert [len(codes) for _, codes, _ in plan_rows(conn, run.run_id)] == [1000, 1]  # a plan item per batch
     drained = delete_owed_objects(conn, counting, run)
@@ -159,7 +161,8 @@ def test_s3_down_mid_run_then_a_retry_completes(conn, s3, bucket, redis, redis_p
         create_paste(conn, s3, redis, bucket=bucket, content=f"s3-down {i}".encode(), expires_at=PAST,
                      redis_prefix=redis_prefix)
     run = new_run(conn)
-    expired = expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, batch_size=5, redis_prefix=redis_prefix)
+    expired = expire_due_pastes(conn, run, approved_by="tests",
+                                expired_before=NOW, bucket=bucket, batch_size=5, redis_prefix=redis_prefix)
     assert expired.objects_owed == 30
 
     failing = s3_client_from_env()
@@ -200,7 +203,8 @@ def test_concurrent_expiry_runs_never_double_decrement(conn, test_dsn):
 
     def one_run(i: int):
         with pg_connect(test_dsn) as own:
-            return expire_due_pastes(own, RunRef(DAG, f"concurrent-{i}"), expired_before=NOW, bucket="unused-bucket",
+            return expire_due_pastes(own, RunRef(DAG, f"concurrent-{i}"), approved_by="tests",
+                                     expired_before=NOW, bucket="unused-bucket",
                                      batch_size=50)
 
     with ThreadPoolExecutor(4) as pool:
@@ -218,7 +222,8 @@ def test_concurrent_expiry_runs_never_double_decrement(conn, test_dsn):
 
     later = plan_run(conn, "later")
     assert check_ref_counts(conn, later, bucket="unused-bucket", plan_orphans=True).orphans_planned == len(left)
-    assert expire_due_pastes(conn, later, expired_before=NOW, bucket="unused-bucket").contents_deleted == len(left)
+    assert expire_due_pastes(conn, later, approved_by="tests",
+                             expired_before=NOW, bucket="unused-bucket").contents_deleted == len(left)
     logged = [k for (keys,) in conn.execute("SELECT keys FROM blobgc.deletion_log") for k in keys]
     assert sorted(logged) == sorted(content_key(h) for h in doomed)  # each owed exactly once, in the end
     assert conn.execute("SELECT count(*) FROM app.content").fetchone()[0] == 300 - len(doomed)
@@ -241,7 +246,8 @@ def test_expiry_split_into_ranges_expires_every_due_paste_once(conn, test_dsn):
         return own
 
     run = RunRef(DAG, "split")
-    expired = expire_due_pastes(conn, run, expired_before=NOW, bucket="unused-bucket", batch_size=40, workers=3,
+    expired = expire_due_pastes(conn, run, approved_by="tests",
+                                expired_before=NOW, bucket="unused-bucket", batch_size=40, workers=3,
                                 connect=connect)
     assert len(opened) == 6  # three ranges planned, then three parts executed, each on its own connection
     parts: dict[str, int] = {}
@@ -261,9 +267,12 @@ def test_a_second_run_over_the_same_pastes_finds_nothing_to_decrement(conn, s3, 
     create_paste(conn, s3, redis, bucket=bucket, content=b"z", expires_at=PAST, redis_prefix=redis_prefix)
     keep = create_paste(conn, s3, redis, bucket=bucket, content=b"z", expires_at=FUTURE, redis_prefix=redis_prefix)
     run = new_run(conn)
-    first = expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
-    again = expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
-    other = expire_due_pastes(conn, new_run(conn, "r2"), expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    first = expire_due_pastes(conn, run, approved_by="tests",
+                              expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    again = expire_due_pastes(conn, run, approved_by="tests",
+                              expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    other = expire_due_pastes(conn, new_run(conn, "r2"), approved_by="tests",
+                              expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
     assert (first.pastes_deleted, again.pastes_deleted, again.batches, other.pastes_deleted) == (1, 0, 0, 0)
     assert ref_count(conn, keep.content_hash) == 1
 

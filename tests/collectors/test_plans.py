@@ -6,15 +6,8 @@ import pytest
 
 from blobgc.collectors.mark import mark_collection
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part
-from blobgc.core.plans import (
-    APPROVED,
-    REJECTED,
-    GateSettings,
-    PlanRefused,
-    fix_plan,
-    judge,
-    record_judgement,
-)
+from blobgc.core.gate import GateSettings, judge, record_judgement
+from blobgc.core.plans import APPROVED, REJECTED, PlanRefused, fix_plan
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import NOW

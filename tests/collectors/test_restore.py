@@ -61,7 +61,7 @@ def test_restore_says_which_rows_it_cannot_bring_back_and_a_retry_repeats_nothin
     keys = [content_key(p.content_hash) for p in pastes]
     run = RunRef("blobgc_paste_expiry", "expiry-1", False)
     ensure_run(conn, run, NOW)
-    expire_due_pastes(conn, run, expired_before=NOW, bucket=versioned_bucket)
+    expire_due_pastes(conn, run, approved_by="tests", expired_before=NOW, bucket=versioned_bucket)
     delete_owed_objects(conn, RefusingOneKey(s3, keys[2]), run)  # two deleted, one still owed
     assert object_keys(s3, versioned_bucket) == {keys[2]}
 

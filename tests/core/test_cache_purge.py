@@ -30,7 +30,7 @@ def test_redis_down_leaves_the_purge_owed_then_a_retry_completes(conn, s3, bucke
     codes = [create_paste(conn, s3, redis, bucket=bucket, content=f"r{i}".encode(), expires_at=PAST,
                           redis_prefix=redis_prefix).short_code for i in range(4)]
     run = new_run(conn)
-    expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    expire_due_pastes(conn, run, approved_by="tests", expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
     down = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1)
     with pytest.raises(CachePurgeError, match="4 cache keys stay owed"):
         purge_owed_cache_keys(conn, down, run)

@@ -95,7 +95,7 @@ def test_two_drains_side_by_side_delete_every_owed_object_once(conn, s3, bucket,
 def test_reupload_before_the_owed_deletion_keeps_the_object(conn, s3, bucket, redis, redis_prefix):
     old = create_paste(conn, s3, redis, bucket=bucket, content=b"again", expires_at=PAST, redis_prefix=redis_prefix)
     run = new_run(conn)
-    expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    expire_due_pastes(conn, run, approved_by="tests", expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
     assert ref_count(conn, old.content_hash) is None  # deleted; its object is owed
 
     new = create_paste(conn, s3, redis, bucket=bucket, content=b"again", expires_at=FUTURE, redis_prefix=redis_prefix)
@@ -113,7 +113,7 @@ def test_reupload_while_the_owed_deletion_runs_ends_with_the_object(conn, other_
     """The writer arrives while DeleteObjects is in flight: it waits, then uploads again."""
     old = create_paste(conn, s3, redis, bucket=bucket, content=b"racy", expires_at=PAST, redis_prefix=redis_prefix)
     run = new_run(conn)
-    expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    expire_due_pastes(conn, run, approved_by="tests", expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
 
     deleting, writer_waits = threading.Event(), threading.Event()
     slow = s3_client_from_env()
@@ -144,7 +144,7 @@ def test_writer_in_flight_when_the_deletion_starts_keeps_the_object(conn, other_
     old = create_paste(conn, s3, redis, bucket=bucket, content=b"inflight", expires_at=PAST,
                        redis_prefix=redis_prefix)
     run = new_run(conn)
-    expire_due_pastes(conn, run, expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
+    expire_due_pastes(conn, run, approved_by="tests", expired_before=NOW, bucket=bucket, redis_prefix=redis_prefix)
 
     with ThreadPoolExecutor(1) as pool:
         with other_conn.transaction():

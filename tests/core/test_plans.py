@@ -3,17 +3,15 @@ from __future__ import annotations
 
 import pytest
 
+from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import (
     GateClosed,
-    GateSettings,
     PlanRefused,
     add_plan_item,
     check_fresh,
     fix_plan,
-    judge,
     plan_size,
     record_decision,
-    record_judgement,
     require_go,
 )
 from blobgc.core.runs import RunRef, ensure_run, finish_run

@@ -6,13 +6,9 @@ as the UI's Required Actions page sends it (PATCH .../taskInstances/gate/-1/hitl
 """
 from __future__ import annotations
 
-import json
-import threading
-import time
 import urllib.error
 import urllib.parse
 
-import psycopg
 import pytest
 
 from blobgc.core.keys import blob_keys
@@ -20,15 +16,10 @@ from blobgc.core.plans import plan_parts
 from blobgc.core.runs import RunRef
 from tests.helpers import airflow_api, backdate_object, make_blobs, object_keys, run_dag, set_unused_since
 from tests.support.by_hand import run_task_by_hand
+from tests.support.gate import SMALL_GATE, Answer, env
 
 SWEEP = "blobgc_sweep"
 RECONCILE = "blobgc_reconcile"
-# floors low enough for a test's handful of objects: 10x the median of 2 objects waits, a first run of 4 does not
-SMALL_GATE = json.dumps({"ratio": 5, "min_objects": 5, "min_bytes": 10**12, "history": 10})
-
-
-def env(bucket: str, **extra: str) -> dict[str, str]:
-    return {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket, **extra}
 
 
 def run_ids(conn, dag_id: str) -> list[tuple[str, bool]]:
@@ -151,44 +142,6 @@ def history(conn, dag_id: str, objects: list[int]) -> None:
                          (dag_id, f"scheduled__history_{i}", i + 1, i + 1, n, n * 100, n // 2))
 
 
-class Answer(threading.Thread):
-    """Answers the gate of the one waiting run of `dag_id` through the REST API, as the UI does.
-
-    Only a gate whose waiting is recorded in this session's database (`dsn`) is this test's: another session
-    running gate tests on the same Airflow stack has gates of its own waiting."""
-
-    def __init__(self, dag_id: str, option: str | None, dsn: str):
-        super().__init__(daemon=True)
-        self.dag_id, self.option, self.dsn = dag_id, option, dsn
-        self.detail: dict | None = None
-        self.error: BaseException | None = None
-
-    def ours(self, run_id: str) -> bool:
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            return conn.execute("SELECT EXISTS (SELECT 1 FROM blobgc.gate_decision WHERE dag_id = %s AND run_id = %s "
-                                "AND decision = 'waiting')", (self.dag_id, run_id)).fetchone()[0]
-
-    def run(self) -> None:
-        try:
-            deadline = time.monotonic() + 240
-            while time.monotonic() < deadline:
-                waiting = airflow_api(f"/api/v2/dags/{self.dag_id}/dagRuns/~/hitlDetails?response_received=false")
-                pending = [d for d in waiting.get("hitl_details", [])
-                           if d["task_instance"]["task_id"] == "gate" and d["task_instance"]["state"] == "awaiting_input"
-                           and self.ours(d["task_instance"]["dag_run_id"])]
-                if pending:
-                    self.detail = pending[0]
-                    if self.option is not None:
-                        ti = self.detail["task_instance"]
-                        airflow_api(f"/api/v2/dags/{self.dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/gate/-1/"
-                                    "hitlDetails", method="PATCH", body={"chosen_options": [self.option]})
-                    return
-                time.sleep(1)
-            raise AssertionError("no gate waited for an answer")
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            self.error = error
-
-
 def gated(conn, s3, bucket) -> list[str]:
     """A history with a median of 2 objects, and 10 unused blobs (20 objects: 10x the median) to sweep."""
     history(conn, SWEEP, [2, 2, 3, 1, 2])
@@ -243,29 +196,25 @@ def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, test_dsn, s3,
     assert result.task_states["delete_unused_blobs"] == "skipped"
 
 
-@pytest.mark.parametrize("refusal", ["rejected", "timed_out"])
-def test_delete_tasks_run_again_by_hand_after_the_gate_refused_fail_and_delete_nothing(conn, test_dsn, s3, bucket,
-                                                                                      refusal):
+def test_delete_tasks_run_again_by_hand_after_the_gate_refused_fail_and_delete_nothing(conn, test_dsn, s3, bucket):
     """A person runs the delete path of a run again by hand (`airflow tasks test`, past its skipped upstream tasks)
-    after its gate refused the plan, by Reject or by timing out: plan_parts, and the delete task itself even when
-    handed a part of the plan, fail on the gate's recorded decision (GateClosed); no row is deleted, nothing owed."""
+    after its gate refused the plan by timing out: plan_parts, and the delete task itself even when handed a part
+    of the plan, fail on the gate's recorded decision (GateClosed); no row is deleted, nothing owed. (After a
+    Reject, every delete task of every DAG: tests/dags/test_gate_enforced.py.)"""
     ids = gated(conn, s3, bucket)
-    watch = Answer(SWEEP, "Reject" if refusal == "rejected" else None, test_dsn)
+    watch = Answer(SWEEP, None, test_dsn)  # sees the gate wait, and answers nothing
     watch.start()
     run_env = env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE)
-    result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003} if refusal == "timed_out" else {},  # about 11 s
-                     env_extra=run_env)
+    result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=run_env)  # about 11 s
     watch.join(30)
     assert watch.error is None and watch.detail is not None
     assert result.returncode == 0, result.output[-3000:]
     assert result.task_states["delete_unused_blobs"] == "skipped"
-    decided_by = "admin" if refusal == "rejected" else None
     assert conn.execute("SELECT decision, decided_by FROM blobgc.gate_decision WHERE run_id = %s",
-                        (result.run_id,)).fetchone() == (refusal, decided_by)
+                        (result.run_id,)).fetchone() == ("timed_out", None)
     parts = plan_parts(conn, RunRef(SWEEP, result.run_id))  # the refused plan is on record
     assert sum(p["items"] for p in parts) >= 1
-    closed = (f"the gate has not let run {result.run_id} of {SWEEP} through "
-              f"({refusal}{' by ' + decided_by if decided_by else ''}): nothing is deleted")
+    closed = f"the gate has not let run {result.run_id} of {SWEEP} through (timed_out): nothing is deleted"
 
     listed = run_task_by_hand(SWEEP, "plan_parts", result.run_id, env_extra=run_env)
     assert listed.state == "failed", listed.output[-3000:]

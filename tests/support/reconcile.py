@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from blobgc.collectors.reconcile import discover_shards, reconcile_shard
 from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.runs import RunRef, ensure_run
+from blobgc.core.gate import let_through
 from tests.helpers import backdate_objects
 
 
@@ -39,6 +40,7 @@ def new_run(conn, name: str = "r1", dry_run: bool = False) -> RunRef:
 def execute_plan(conn, run: RunRef) -> None:
     """What the DAG does once the gate let the run's plan through: owe its orphans to the outbox."""
     if not run.dry_run:
+        let_through(conn, run, approved_by="tests")
         owe_planned_objects(conn, run)
 
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part
 from blobgc.core.collections import bound_app_blob
 from blobgc.core.outbox import delete_owed_objects
-from blobgc.core.plans import PASSED, GateSettings, execution_report, fix_plan, judge, record_judgement
+from blobgc.core.gate import GateSettings, judge, record_judgement
+from blobgc.core.plans import PASSED, execution_report, fix_plan
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import NOW, make_blobs, set_unused_since

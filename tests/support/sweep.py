@@ -11,18 +11,8 @@ import psycopg
 from blobgc.collectors.sweep import PlanExecution, SweepResult, execute_plan_part, plan_collection, range_part
 from blobgc.core.collections import BoundCollection
 from blobgc.core.key_space import KeyRange
-from blobgc.core.plans import (
-    APPROVED,
-    PASSED,
-    PLAN_MAX_AGE_HOURS,
-    GateSettings,
-    check_fresh,
-    fix_plan,
-    judge,
-    plan_of,
-    record_judgement,
-    require_go,
-)
+from blobgc.core.gate import GateSettings, judge, record_judgement
+from blobgc.core.plans import APPROVED, PASSED, PLAN_MAX_AGE_HOURS, check_fresh, fix_plan, plan_of, require_go
 from blobgc.core.references import ReferenceSet, discover_references
 from blobgc.core.runs import RunRef
 

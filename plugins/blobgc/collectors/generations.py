@@ -48,6 +48,7 @@ from blobgc.core.keys import MAIL_BLOBS, mail_key
 from blobgc.core.locks import collecting_generation, hold_generation_alone, hold_generation_opening
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
+from blobgc.core.gate import let_through
 from blobgc.core.plans import (
     PLAN_MAX_AGE_HOURS,
     add_plan_item,
@@ -426,10 +427,11 @@ class CollectResult(TaskResult):
     skipped_rereferenced: int = 0
 
 
-def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list[int],
+def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list[int], *, approved_by: str,
                         **planning) -> dict[int, CollectResult]:
-    """Plan `generations` and then execute that plan at once, with no gate, as a run of the DAG does: for callers
-    outside Airflow (the bench, tests). The DAG runs the halves as tasks with `blobgc.dag_kit.gate` between them.
+    """Plan `generations`, pass the gate (`blobgc.core.gate.let_through`: past the threshold, approved by
+    `approved_by`, on record), then execute that plan, as a run of the DAG does: for callers outside Airflow (the
+    bench, tests). The DAG runs the halves as tasks with `blobgc.dag_kit.gate` between them.
 
     `planning` is `plan_generation`'s keywords. Fixes the run's plan as its own first (a run that executes a dry
     run's plan calls `execute_plan_part` alone). A run plans all its generations before executing any: once it
@@ -437,6 +439,7 @@ def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list
     """
     fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
     plans = {g: plan_generation(conn, run, generation=g, **planning) for g in generations}
+    let_through(conn, run, approved_by=approved_by)
     collected = {}
     for g, plan in plans.items():
         done = execute_plan_part(conn, run, part=plan_part(g))
@@ -450,9 +453,10 @@ def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list
     return collected
 
 
-def collect_generation(conn: psycopg.Connection, run: RunRef, *, generation: int, **planning) -> CollectResult:
+def collect_generation(conn: psycopg.Connection, run: RunRef, *, generation: int, approved_by: str,
+                       **planning) -> CollectResult:
     """`collect_generations` of one generation."""
-    return collect_generations(conn, run, [generation], **planning)[generation]
+    return collect_generations(conn, run, [generation], approved_by=approved_by, **planning)[generation]
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict:

@@ -52,9 +52,10 @@ from blobgc.core.cache_purge import owe_cache_purge
 from blobgc.core.keys import PASTE_CONTENTS, content_key
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
+from blobgc.core.gate import let_through
 from blobgc.core.plans import (
-    PLAN_MAX_AGE_HOURS, PlanItem, PlanRefused, add_plan_item, fix_plan, pending_items, plan_of, plan_parts,
-    record_outcome, restart_planning,
+    PLAN_MAX_AGE_HOURS, PlanItem, PlanRefused, add_plan_item, executable_parts, fix_plan, pending_items, plan_of,
+    plan_parts, record_outcome, restart_planning,
 )
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts, ensure_run
@@ -435,12 +436,13 @@ def plan_due_pastes(conn: psycopg.Connection, run: RunRef, *, bucket: str, batch
 
 def execute_planned_pastes(conn: psycopg.Connection, run: RunRef, *, redis_prefix: str = "", workers: int = 1,
                            connect: Connect | None = None) -> ExpiryExecution:
-    """The DAG's `plan_parts` and mapped `expire_pastes` tasks, without the gate before them: execute every part
-    of the run's plan (`execute_expiry_part`), side by side on connections from `connect` when given."""
+    """The DAG's `plan_parts` and mapped `expire_pastes` tasks: execute every part of the run's plan
+    (`execute_expiry_part`), side by side on connections from `connect` when given. Refused unless the gate let
+    the plan through (`blobgc.core.plans.check_may_execute`)."""
     def execute_part(own: psycopg.Connection, part: dict) -> ExpiryExecution:
         return execute_expiry_part(own, run, part=part["part"], redis_prefix=redis_prefix)
 
-    done = side_by_side(conn, execute_part, plan_parts(conn, run), workers=workers, connect=connect)
+    done = side_by_side(conn, execute_part, executable_parts(conn, run), workers=workers, connect=connect)
     total = ExpiryExecution(**ExpiryExecution.total([d.to_xcom() for d in done]))
     total.sample_keys = [k for d in done for k in d.sample_keys][:SAMPLE]
     return total
@@ -473,10 +475,12 @@ def expire_due_pastes(
     redis_prefix: str = "",
     workers: int = 1,
     connect: Connect | None = None,
+    approved_by: str,
 ) -> ExpiredPastes:
-    """Plan the run's expiry and then execute that plan at once, with no gate: for callers outside Airflow (tests,
-    the bench). The DAG runs the halves as tasks (`plan_expiry`, then `expire_pastes`) with
-    `blobgc.dag_kit.gate` between them, and `check_ref_counts` before them (call it first to plan orphans too).
+    """Plan the run's expiry, pass the gate (`blobgc.core.gate.let_through`: past the threshold, approved by
+    `approved_by`, on record), then execute that plan: for callers outside Airflow (tests, the bench). The DAG runs
+    the halves as tasks (`plan_expiry`, then `expire_pastes`) with `blobgc.dag_kit.gate` between them, and
+    `check_ref_counts` before them (call it first to plan orphans too).
 
     The cutoff is the run's reference time (`ensure_run(conn, run, expired_before)`); a run registered earlier
     with a later one is refused (ValueError), since it would expire pastes not due by `expired_before`. Fixes
@@ -499,6 +503,7 @@ def expire_due_pastes(
         return ExpiredPastes(pastes_deleted=planned.pastes, contents_deleted=planned.contents,
                              objects_owed=planned.objects, bytes_owed=planned.bytes, cache_keys_owed=planned.pastes,
                              batches=planned.batches, sample_keys=planned.sample_keys)
+    let_through(conn, run, approved_by=approved_by)
     done = execute_planned_pastes(conn, run, redis_prefix=redis_prefix, workers=workers, connect=connect)
     return ExpiredPastes(pastes_deleted=done.pastes_deleted, contents_deleted=done.contents_deleted,
                          objects_owed=done.objects_owed, bytes_owed=done.bytes_owed,

@@ -7,21 +7,20 @@ objects they own, or of orphan objects, with sizes), kept under the id of the ru
 - A **real run** first fixes which plan it executes (`fix_plan`): its own, made by its planning tasks, or
   the dry run named by Param `from_plan`. Such a plan must be a dry run of the same DAG, finished, made
   less than `plan_max_age_hours` ago, and not executed by any other run.
-- **The gate** (`judge`) compares the plan's objects and bytes with the trailing median of the DAG's
-  (and each collection's) last real runs. Past `ratio` times the median, and past the floors, the run
-  waits for a person (`blobgc.dag_kit.gate`). Every judgement and decision is kept in
+- **The gate** (`blobgc.core.gate.judge`, its policy) compares the plan's objects and bytes with the trailing
+  median of the DAG's (and each collection's) last real runs. Past `ratio` times the median, and past the
+  floors, the run waits for a person (`blobgc.dag_kit.gate`). Every judgement and decision is kept in
   `blobgc.gate_decision`, with who decided.
 - **Execution** deals with each item once (`blobgc.plan_outcome`, in the transaction that does the work,
   so that a retry skips what is done). It re-checks every item at delete time. An item referenced again
   since the plan was made is skipped and recorded, never deleted, and nothing outside the plan is
-  touched. `require_go` refuses to execute anything the gate has not let through, even from a task an
-  operator cleared by hand.
+  touched. `check_may_execute`, called before the first item of every execution (`pending_items`), refuses
+  anything the gate has not let through or that expired meanwhile, whoever executes it: a task an operator
+  cleared by hand, a DAG wired wrongly, a test, a bench.
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -41,7 +40,6 @@ log = logging.getLogger(__name__)
 
 PLAN_MAX_AGE_HOURS = 24  # Param plan_max_age_hours's default
 APPROVAL_TIMEOUT_HOURS = 12  # Param approval_timeout_hours's default
-GATE_DEFAULTS: dict[str, float] = {"ratio": 5, "min_objects": 1000, "min_bytes": 1073741824, "history": 10}
 PASSED, WAITING, APPROVED, REJECTED, TIMED_OUT = "passed", "waiting", "approved", "rejected", "timed_out"
 GOES_ON = (PASSED, APPROVED)
 PAGE = 100  # plan items read at a time
@@ -223,12 +221,41 @@ def plan_parts(conn: psycopg.Connection, run: RunRef) -> list[dict[str, Any]]:
         queries.load("plans/select_plan_parts"), {"dag_id": run.dag_id, "plan_run_id": plan_run_id}).fetchall()]
 
 
+def check_may_execute(conn: psycopg.Connection, run: RunRef) -> str:
+    """The one check before anything of a plan is executed; returns the plan's run id.
+
+    A real run's plan is executed only once its gate let it through (`passed`, or `approved` by a person), and
+    only while it is younger than the run's `plan_max_age_hours` (recorded with the gate's judgement). Otherwise
+    GateClosed or PlanRefused, and nothing is deleted: so for a task retried or cleared by hand hours later, a
+    DAG wired wrongly, a test or a bench alike. Every execution reads its items through `pending_items`, which
+    calls this first."""
+    plan_run_id = plan_of(conn, run)
+    decision = require_go(conn, run)
+    if decision is not None:
+        max_age = (decision.get("judgement") or {}).get("plan_max_age_hours", PLAN_MAX_AGE_HOURS)
+        check_fresh(conn, run, plan_run_id, float(max_age))
+    return plan_run_id
+
+
+def executable_parts(conn: psycopg.Connection, run: RunRef) -> list[dict[str, Any]]:
+    """`plan_parts` of a run whose plan may be executed now (`check_may_execute`), one execution task each."""
+    check_may_execute(conn, run)
+    return plan_parts(conn, run)
+
+
 def pending_items(conn: psycopg.Connection, run: RunRef, *, part: str, collection: str | None) -> Iterator[PlanItem]:
-    """The items of one part of `run`'s plan that it has not dealt with yet, in order.
+    """The items of one part of `run`'s plan that it has not dealt with yet, in order, once `check_may_execute`
+    let the plan through (checked here, before the first item: the executors of every kind read their items
+    through this function, so none of them can execute a plan the gate did not let through).
 
     Read a page at a time outside any transaction the caller holds open long; each item is then dealt with in
     its own transaction (`record_outcome`)."""
-    plan_run_id = plan_of(conn, run)
+    plan_run_id = check_may_execute(conn, run)
+    return _items(conn, run, plan_run_id, part=part, collection=collection)
+
+
+def _items(conn: psycopg.Connection, run: RunRef, plan_run_id: str, *, part: str,
+           collection: str | None) -> Iterator[PlanItem]:
     after = 0
     while True:
         rows = conn.execute(queries.load("plans/select_pending_items"), {
@@ -475,7 +502,7 @@ def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
     result = OwedFromPlan()
     if run.dry_run:
         return result
-    for part in plan_parts(conn, run):
+    for part in executable_parts(conn, run):
         for item in pending_items(conn, run, part=part["part"], collection=part["collection"]):
             with conn.transaction():
                 record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=item.keys, sizes=item.sizes,
@@ -488,112 +515,7 @@ def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
     return result
 
 
-# --------------------------------------------------------------------------------------------- the gate
-@dataclass(frozen=True)
-class GateSettings:
-    """Variable blobgc_gate: wait past `ratio` x the median of the last `history` real runs, and past the floors."""
-
-    ratio: float = 5
-    min_objects: int = 1000
-    min_bytes: int = 1073741824
-    history: int = 10
-
-    @classmethod
-    def parse(cls, raw: Any) -> GateSettings:
-        if raw in (None, ""):
-            return cls()
-        if not isinstance(raw, dict):
-            raise ConfigurationError('Variable blobgc_gate must be a JSON object such as {"ratio": 5, "min_objects": '
-                                     f'1000, "min_bytes": 1073741824, "history": 10}}, not {raw!r}')
-        unknown = set(raw) - set(GATE_DEFAULTS)
-        if unknown:
-            raise ConfigurationError(f"Variable blobgc_gate: unknown field(s) {sorted(unknown)}; it takes "
-                                     f"{sorted(GATE_DEFAULTS)}")
-        values: dict[str, Any] = {}
-        for name, default in GATE_DEFAULTS.items():
-            value = raw.get(name, default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigurationError(f"Variable blobgc_gate: {name} must be a number, not {value!r}")
-            if value < 0 or (name in ("ratio", "history") and value <= 0):
-                raise ConfigurationError(f"Variable blobgc_gate: {name} must be {'> 0' if name in ('ratio', 'history') else '>= 0'}, "
-                                         f"not {value!r}")
-            if name != "ratio" and value != int(value):
-                raise ConfigurationError(f"Variable blobgc_gate: {name} must be a whole number, not {value!r}")
-            values[name] = float(value) if name == "ratio" else int(value)
-        return cls(**values)
-
-
-@dataclass
-class Judgement:
-    """The gate's comparison of a plan with the history, whole (`scope` "(all)") and per collection."""
-
-    plan_run_id: str
-    planned: PlanSize
-    settings: GateSettings
-    scopes: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def needs_approval(self) -> bool:
-        return any(s["exceeds"] for s in self.scopes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"plan_run_id": self.plan_run_id, "settings": self.settings.__dict__, "scopes": self.scopes,
-                "needs_approval": self.needs_approval}
-
-    def summary(self) -> str:
-        """One paragraph per scope, for the approval's body and the logs."""
-        lines = []
-        for s in self.scopes:
-            median = (f"the median of the last {s['history_runs']} real runs is {s['median_objects']:,.0f} objects, "
-                      f"{human_bytes(int(s['median_bytes']))}, {s.get('median_rows', 0):,.0f} rows"
-                      if s["history_runs"] else "there is no history yet")
-            lines.append(f"- **{s['scope']}**: {s['planned_objects']:,} objects, {human_bytes(s['planned_bytes'])}, "
-                         f"{s['planned_rows']:,} rows; {median}; the threshold is {s['threshold_objects']:,.0f} "
-                         f"objects, {human_bytes(int(s['threshold_bytes']))} or {s.get('threshold_rows', 0):,.0f} rows"
-                         + (" — **exceeded**" if s["exceeds"] else ""))
-        return "\n".join(lines)
-
-
-def judge(conn: psycopg.Connection, run: RunRef, settings: GateSettings) -> Judgement:
-    """Compare `run`'s plan with the trailing median of the DAG's (and each collection's) last real runs.
-
-    A scope exceeds when its planned objects pass max(ratio x median, min_objects), its planned rows pass
-    max(ratio x median, min_objects) (rows are counted as objects are, against the same floor: a plan of rows
-    whose objects stay in use, as pastes of shared contents, is judged too), or its bytes pass
-    max(ratio x median, min_bytes). With no history the median is 0: the floors decide.
-    """
-    plan_run_id = plan_of(conn, run)
-    whole, per = plan_size(conn, run.dag_id, plan_run_id)
-    medians = conn.execute(queries.load("plans/select_history"), {
-        "dag_id": run.dag_id, "run_id": run.run_id, "history": settings.history, "collections": sorted(per)})
-    history = {c: (n, mo or 0, mb or 0, mr or 0) for c, n, mo, mb, mr in medians}
-    judgement = Judgement(plan_run_id, whole, settings)
-    for scope, size in [("(all)", whole), *sorted(per.items())]:
-        runs, median_objects, median_bytes, median_rows = history.get(None if scope == "(all)" else scope,
-                                                                      (0, 0, 0, 0))
-        threshold_objects = max(settings.ratio * float(median_objects), settings.min_objects)
-        threshold_bytes = max(settings.ratio * float(median_bytes), settings.min_bytes)
-        threshold_rows = max(settings.ratio * float(median_rows), settings.min_objects)
-        judgement.scopes.append({
-            "scope": scope, "planned_objects": size.objects, "planned_bytes": size.bytes, "planned_rows": size.rows,
-            "history_runs": int(runs), "median_objects": float(median_objects), "median_bytes": float(median_bytes),
-            "median_rows": float(median_rows), "threshold_objects": threshold_objects,
-            "threshold_bytes": threshold_bytes, "threshold_rows": threshold_rows,
-            "exceeds": (size.objects > threshold_objects or size.bytes > threshold_bytes
-                        or size.rows > threshold_rows)})
-    return judgement
-
-
-def record_judgement(conn: psycopg.Connection, run: RunRef, judgement: Judgement, decision: str,
-                     decided_by: str | None = None) -> None:
-    with conn.transaction():
-        conn.execute(queries.load("plans/upsert_gate_decision"), {
-            "dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": judgement.plan_run_id,
-            "planned_rows": judgement.planned.rows, "planned_objects": judgement.planned.objects,
-            "planned_bytes": judgement.planned.bytes, "judgement": json.dumps(judgement.to_json()),
-            "decision": decision, "decided_by": decided_by})
-
-
+# --------------------------------------------------------------------------------------------- decisions
 def record_decision(conn: psycopg.Connection, run: RunRef, decision: str, decided_by: str | None) -> None:
     """A person's answer to a waiting gate (or the timeout's: `decided_by` None)."""
     with conn.transaction():
@@ -613,13 +535,15 @@ def gate_decision(conn: psycopg.Connection, run: RunRef) -> dict[str, Any] | Non
     return dict(zip(names, row, strict=True))
 
 
-def require_go(conn: psycopg.Connection, run: RunRef) -> None:
-    """Refuse to execute a real run's plan unless its gate passed it or a person approved it."""
+def require_go(conn: psycopg.Connection, run: RunRef) -> dict[str, Any] | None:
+    """Refuse a real run's plan unless its gate passed it or a person approved it; the decision (None: a dry run,
+    which executes nothing and needs none). Called by `check_may_execute`, before any item is executed."""
     if run.dry_run:
-        return
+        return None
     decision = gate_decision(conn, run)
     if decision is None or decision["decision"] not in GOES_ON:
         state = decision["decision"] if decision else "not judged yet"
         who = f" by {decision['decided_by']}" if decision and decision["decided_by"] else ""
         raise GateClosed(f"the gate has not let run {run.run_id} of {run.dag_id} through ({state}{who}): nothing is "
                          "deleted. Its gate task decides; a rejected or timed-out plan is never executed")
+    return decision

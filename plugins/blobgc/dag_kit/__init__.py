@@ -4,7 +4,7 @@
 - `connections` and `variables`: clients and settings from Airflow connections and Variables;
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
   steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`, and those of plans
-  (`fix_run_plan`, `list_plan_parts`, `owe_planned_objects`, `check_plan_goes_on`);
+  (`fix_run_plan`, `list_plan_parts`, `owe_planned_objects`);
 - `gate`: the gate on unusual deletions (`deletion_gate`, a human-in-the-loop ApprovalOperator);
 - `notify`: the failure alert every task has as `on_failure_callback` (Variable `blobgc_notify`);
 - `worker_identity`: the hostname a local Celery worker reports.
@@ -22,7 +22,7 @@ from typing import Any
 _EXPORTS = {
     "HTTP_POOL": "params", "S3_POOL": "params", "dag_defaults": "params", "default_args": "params",
     "deleting_params": "params", "destructive_params": "params", "plan_params": "params",
-    "deletion_gate": "gate", "fix_run_plan": "steps", "list_plan_parts": "steps", "check_plan_goes_on": "steps",
+    "deletion_gate": "gate", "fix_run_plan": "steps", "list_plan_parts": "steps",
     "owe_planned_objects": "steps",
     "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
     "purge_owed_cache_keys": "steps", "report_run": "steps",

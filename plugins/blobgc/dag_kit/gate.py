@@ -3,7 +3,7 @@
 `deletion_gate()` is an Airflow 3 human-in-the-loop `ApprovalOperator` that asks only when it must. It sits
 between a DAG's planning tasks and the tasks that delete:
 
-1. It judges the run's plan (`blobgc.core.plans.judge`) against Variable `blobgc_gate`: the plan's objects,
+1. It judges the run's plan (`blobgc.core.gate.judge`) against Variable `blobgc_gate`: the plan's objects,
    rows and bytes, whole and per collection, against `ratio` x the trailing median of the DAG's last
    `history` real runs, with floors (`min_objects` for objects and for rows, `min_bytes`) so that small runs
    never wait.
@@ -15,8 +15,9 @@ between a DAG's planning tasks and the tasks that delete:
    `approval_timeout_hours` (default 12): the delete steps are skipped, nothing is deleted, and the
    report says why. Every decision is kept in `blobgc.gate_decision` with who made it.
 
-The delete steps check the decision themselves (`blobgc.core.plans.require_go`), so clearing a skipped
-delete task by hand never deletes a rejected plan.
+The decision is enforced where plans are executed (`blobgc.core.plans.check_may_execute`, before the first
+item of any part, whoever executes it), so clearing a skipped delete task by hand never deletes a rejected
+plan, nor one that expired while it waited.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import (
     APPROVAL_TIMEOUT_HOURS,
     APPROVED,
@@ -32,14 +34,11 @@ from blobgc.core.plans import (
     REJECTED,
     TIMED_OUT,
     WAITING,
-    GateSettings,
     check_fresh,
     gate_decision,
-    judge,
     plan_max_age,
     plan_of,
     record_decision,
-    record_judgement,
 )
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.core.sizes import human_bytes
@@ -107,7 +106,7 @@ def deletion_gate(task_id: str = "gate", **kwargs: Any):
                                                    f"{' by ' + earlier['decided_by'] if earlier['decided_by'] else ''}"
                                                    ": nothing is deleted")
                     check_fresh(conn, run, plan_of(conn, run), plan_max_age(params))
-                    judgement = judge(conn, run, settings)
+                    judgement = judge(conn, run, settings, plan_max_age_hours=plan_max_age(params))
                     log.info("the plan of %s: %s objects, %s\n%s", judgement.plan_run_id,
                              f"{judgement.planned.objects:,}", human_bytes(judgement.planned.bytes),
                              judgement.summary())

@@ -307,14 +307,14 @@ def fix_run_plan(step: Step) -> bool:
 
 
 def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
-    """The step after the gate: the parts of the run's plan, one delete task each (checks the gate let it through)."""
+    """The step after the gate: the parts of the run's plan, one delete task each (refused, as every execution of a
+    plan is, unless the gate let it through: `blobgc.core.plans.check_may_execute`)."""
 
     @gc_step(task_id=task_id, **task_kwargs)
     def plan_parts(step: Step) -> list[dict]:
-        from blobgc.core.plans import plan_parts as parts
+        from blobgc.core.plans import executable_parts
 
-        check_plan_goes_on(step)
-        return [{"collection": p["collection"], "part": p["part"]} for p in parts(step.conn, step.run)]
+        return [{"collection": p["collection"], "part": p["part"]} for p in executable_parts(step.conn, step.run)]
 
     return plan_parts
 
@@ -326,16 +326,6 @@ def owe_planned_objects(task_id: str = "owe_planned_objects", **task_kwargs: Any
 
     @gc_step(task_id=task_id, **task_kwargs)
     def owe_planned(step: Step) -> OwedFromPlan:
-        check_plan_goes_on(step)
-        return owe(step.conn, step.run)
+        return owe(step.conn, step.run)  # refused, owing nothing, unless the gate let the plan through
 
     return owe_planned
-
-
-def check_plan_goes_on(step: Step) -> None:
-    """Before a run executes its plan: the gate let it through, and it has not expired meanwhile (else it fails
-    at once, deleting nothing)."""
-    from blobgc.core.plans import check_fresh, plan_max_age, plan_of, require_go
-
-    require_go(step.conn, step.run)
-    check_fresh(step.conn, step.run, plan_of(step.conn, step.run), plan_max_age(step.params))

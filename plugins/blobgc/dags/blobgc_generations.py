@@ -47,7 +47,6 @@ from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import execution_report
 from blobgc.dag_kit import (
     Step,
-    check_plan_goes_on,
     dag_defaults,
     deleting_params,
     deletion_gate,
@@ -94,7 +93,6 @@ def blobgc_generations():
 
     @gc_step(map_index_template="{{ task.op_kwargs['part']['part'] }}")
     def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
-        check_plan_goes_on(step)  # even a delete task retried or cleared alone, hours later
         return generations.execute_plan_part(step.conn, step.run, part=part["part"])
 
     opened = open_generation()

@@ -46,7 +46,6 @@ from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import execution_report
 from blobgc.dag_kit import (
     Step,
-    check_plan_goes_on,
     dag_defaults,
     deletion_gate,
     destructive_params,
@@ -82,7 +81,6 @@ def blobgc_image_cleanup():
 
     @gc_step(task_id="delete_unbound_images")
     def delete_unbound(step: Step) -> CleanupExecution:
-        check_plan_goes_on(step)  # even a delete task retried or cleared alone, hours later
         return execute_image_plan(step.conn, step.run, cutoff=grace_cutoff(step))
 
     planned = plan_unbound()

@@ -52,7 +52,6 @@ from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import execution_report
 from blobgc.dag_kit import (
     Step,
-    check_plan_goes_on,
     dag_defaults,
     deleting_params,
     deletion_gate,
@@ -105,7 +104,6 @@ def blobgc_paste_expiry():
                                 "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
                                 "{% else %}{{ p }}{% endif %}")
     def expire_part(step: Step, part: dict) -> ExpiryExecution:
-        check_plan_goes_on(step)  # even a task retried or cleared alone, hours later
         return execute_expiry_part(step.conn, step.run, part=part["part"], redis_prefix=paste_redis_prefix())
 
     drift = repair_ref_counts()
