@@ -34,45 +34,18 @@ counted) and no thumbnail is deleted (those that would be are planned).
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import CronTriggerTimetable, Param
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, ThumbnailCheckResult, ThumbnailResult
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import OwedFromPlan, execution_report
-from blobgc.dag_kit import (
-    S3_POOL,
-    Step,
-    dag_defaults,
-    deleting_params,
-    deletion_gate,
-    drain_owed_objects,
-    fix_run_plan,
-    gc_step,
-    owe_planned_objects,
-    plan_params,
-    report_run,
-)
+from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.unfixable import check_media_buckets
 from blobgc.dag_kit.variables import media_settings
 from demo_app.media import render_thumbnails
 
 
-@dag(
-    dag_id="blobgc_media_thumbnails",
-    schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
-    **dag_defaults(),
-    params=deleting_params(
-        min_age_hours=Param(24, type="integer", minimum=1,
-                            description="Orphan thumbnails younger than this are kept, and masters younger than this "
-                                        "are not queued again (their job may still be on its way). At least 1."),
-        max_jobs=Param(10000, type="integer", minimum=1,
-                       description="At most this many queued jobs per run; the rest wait for the next run."),
-        **plan_params()),
-    tags=["blobgc", "seed-004", "media", "destructive"],
-    doc_md=__doc__,
-)
-def blobgc_media_thumbnails():
+def planning() -> Planned:
     @gc_step(pool=S3_POOL)
     def drain_thumbnail_queue(step: Step) -> ThumbnailResult:
         return media_cleanup.work_thumbnail_queue(step.redis, step.s3, step.run, media_settings(), render_thumbnails,
@@ -96,13 +69,20 @@ def blobgc_media_thumbnails():
     made = drain_thumbnail_queue()
     shards = plan_shards()
     made >> shards
-    checked = check_thumbnails.expand(shard=shards)
-    owed = owe_planned_objects()()
-    drained = drain_owed_objects()()
-    checked >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
-    report_run(trigger_rule="none_failed", extra_counters=("dead_letters_dropped",), summaries={"plan": execution_report},
-               thumbnails=ThumbnailResult, owed=OwedFromPlan, objects=DrainResult)(
-        thumbnails=made, owed=owed, objects=drained)
+    return Planned(check_thumbnails.expand(shard=shards), {"thumbnails": made})
 
 
-blobgc_media_thumbnails()
+dag = destructive_dag(
+    "blobgc_media_thumbnails",
+    kind=Kind(planning, {"thumbnails": ThumbnailResult}, extra_counters=("dead_letters_dropped",)),
+    schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
+    params=deleting_params(
+        min_age_hours=Param(24, type="integer", minimum=1,
+                            description="Orphan thumbnails younger than this are kept, and masters younger than this "
+                                        "are not queued again (their job may still be on its way). At least 1."),
+        max_jobs=Param(10000, type="integer", minimum=1,
+                       description="At most this many queued jobs per run; the rest wait for the next run."),
+        **plan_params()),
+    tags=["blobgc", "seed-004", "media", "destructive"],
+    doc_md=__doc__,
+)

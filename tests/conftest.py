@@ -38,11 +38,12 @@ TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste
 # group below share more: they run on one worker, one after the other, and first (they are the longest).
 SHARED = {
     # the stack's own database, `blobgc` bucket and scheduler: the scheduler restarts on Celery in test_celery
-    "stack": ("tests/deploy/test_celery.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py"),
+    # and its pools: a test deletes blobgc_s3 for a while (holding every DAG's lock), another expects it (first here,
+    # before the tests that hold a DAG's lock for minutes while the scheduler runs it)
+    "stack": ("tests/deploy/test_celery.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py",
+              "tests/dag_kit/test_pools.py"),
     # one virtualenv with the wheel installed, built in the background from the start (below)
     "install": ("tests/deploy/test_install.py",),
-    # the stack's pools: a test deletes blobgc_s3 for a while (holding every DAG's lock), another expects it
-    "pools": ("tests/dag_kit/test_pools.py",),
     # Redis list media-thumb-queue, the queue of the application's thumbnail workers (docs/reference.md §3),
     # which blobgc_media_thumbnails drains (test_gate_enforced runs it too)
     "media": ("tests/collectors/test_media_cleanup.py", "tests/dags/test_blobgc_media.py",

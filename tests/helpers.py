@@ -113,13 +113,33 @@ def dag_lock(dag_id: str, *, shared: bool = False) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def every_dag_alone() -> Iterator[None]:
-    """Every DAG's lock, alone (in one order, so that two holders cannot wait on each other): for a test that takes
-    away for a while what every run needs, such as one of the stack's pools."""
-    with contextlib.ExitStack() as locks:
-        for dag_file in sorted((ROOT / "dags").glob("*.py")):
-            locks.enter_context(dag_lock(dag_file.stem))
+def every_dag_alone(poll: float = 0.2) -> Iterator[None]:
+    """Every DAG's lock, alone: for a test that takes away for a while what every run needs, such as one of the
+    stack's pools. All are taken at once or none: while one is busy, every one taken is let go and it tries again,
+    so that waiting never holds a lock that another worker's test waits for."""
+    names = sorted(path.stem for path in (ROOT / "dags").glob("*.py"))
+    assert not any(name in _held for name in names), "every_dag_alone inside a DAG's lock"
+    while True:
+        handles = []
+        for name in names:
+            handle = open(Path(tempfile.gettempdir()) / f"blobgc-tests-{name}.lock", "w")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                break
+            handles.append(handle)
+        if len(handles) == len(names):
+            break
+        for handle in handles:
+            handle.close()
+        time.sleep(poll)
+    _held.update({name: (handle, 1) for name, handle in zip(names, handles, strict=True)})
+    try:
         yield
+    finally:
+        for name in names:
+            _held.pop(name)[0].close()
 
 
 @dataclass(frozen=True)

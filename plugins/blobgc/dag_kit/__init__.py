@@ -5,6 +5,9 @@
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
   steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`, and those of plans
   (`fix_run_plan`, `list_plan_parts`, `owe_planned_objects`);
+- `builder`: `destructive_dag`, the one builder of every destructive DAG (a `Kind`: its planning tasks and how
+  a part of its plan is executed; the builder wires plan, gate, execution, drain and report once), imported
+  from `blobgc.dag_kit.builder` itself;
 - `gate`: the gate on unusual deletions (`deletion_gate`, a human-in-the-loop ApprovalOperator);
 - `notify`: the failure alert every task has as `on_failure_callback` (Variable `blobgc_notify`);
 - `worker_identity`: the hostname a local Celery worker reports.

@@ -39,42 +39,18 @@ what became of it.
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, TriggerRule, dag
+from airflow.sdk import CronTriggerTimetable, Param
 
 from blobgc.collectors import generations
 from blobgc.collectors.generations import GenerationExecution, GenerationPlan, OpenedGeneration
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import execution_report
-from blobgc.dag_kit import (
-    Step,
-    dag_defaults,
-    deleting_params,
-    deletion_gate,
-    drain_owed_objects,
-    fix_run_plan,
-    gc_step,
-    list_plan_parts,
-    plan_params,
-    report_run,
-)
+from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
 
 
-@dag(
-    dag_id="blobgc_generations",
-    schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
-    **dag_defaults(),
-    params=deleting_params(
-        false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
-                                  description="The bloom filter's false-positive rate: the share of unreferenced "
-                                              "blobs a run keeps for a later run. Smaller costs more memory."),
-        **plan_params()),
-    tags=["blobgc", "seed-003", "generations", "destructive"],
-    doc_md=__doc__,
-)
-def blobgc_generations():
+def planning() -> Planned:
     @gc_step()
     def open_generation(step: Step) -> OpenedGeneration:
         plans = fix_run_plan(step)
@@ -91,21 +67,28 @@ def blobgc_generations():
             bucket=blob_bucket(), false_positive_rate=step.params["false_positive_rate"],
             batch_size=step.params["batch_size"], workers=COLLECT_WORKERS, connect=step.connect)
 
-    @gc_step(map_index_template="{{ task.op_kwargs['part']['part'] }}")
-    def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
-        return generations.execute_plan_part(step.conn, step.run, part=part["part"])
-
     opened = open_generation()
     planned = collect.partial(opened=opened).expand(generation=plan_collection(opened))
-    parts = list_plan_parts()()
-    executed = delete_planned_blobs.expand(part=parts)
-    # runs when nothing was planned or executed too (no mapped task): earlier runs' debts are still owed
-    drained = drain_owed_objects(trigger_rule=TriggerRule.NONE_FAILED)()
-    planned >> deletion_gate(trigger_rule="none_failed") >> parts
-    executed >> drained
-    report_run(trigger_rule="none_failed", summaries={"collected": generations.summarize, "plan": execution_report},
-               generation=OpenedGeneration, planned=GenerationPlan, executed=GenerationExecution,
-               objects=DrainResult)(generation=opened, planned=planned, executed=executed, objects=drained)
+    return Planned(planned, {"generation": opened, "planned": planned})
 
 
-dag = blobgc_generations()
+def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
+    return generations.execute_plan_part(step.conn, step.run, part=part["part"])
+
+
+dag = destructive_dag(
+    "blobgc_generations",
+    # none_failed: the drain runs when nothing was planned or executed too (no mapped task): earlier runs' debts
+    kind=Kind(planning, {"generation": OpenedGeneration, "planned": GenerationPlan}, drain_trigger_rule="none_failed",
+              summaries={"collected": generations.summarize},
+              execution=Execution(delete_planned_blobs, "executed", GenerationExecution,
+                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
+    schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
+    params=deleting_params(
+        false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
+                                  description="The bloom filter's false-positive rate: the share of unreferenced "
+                                              "blobs a run keeps for a later run. Smaller costs more memory."),
+        **plan_params()),
+    tags=["blobgc", "seed-003", "generations", "destructive"],
+    doc_md=__doc__,
+)

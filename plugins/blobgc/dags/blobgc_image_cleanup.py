@@ -34,27 +34,12 @@ receipt page `/blobgc/runs/blobgc_image_cleanup/<run id>` shows the plan and wha
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, dag
+from airflow.sdk import CronTriggerTimetable
 
-from blobgc.collectors.image_cleanup import (
-    CleanupExecution,
-    CleanupResult,
-    execute_image_plan,
-    plan_unbound_images,
-)
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import execution_report
-from blobgc.dag_kit import (
-    Step,
-    dag_defaults,
-    deletion_gate,
-    destructive_params,
-    drain_owed_objects,
-    fix_run_plan,
-    gc_step,
-    plan_params,
-    report_run,
-)
+from blobgc.collectors import image_cleanup as images
+from blobgc.collectors.image_cleanup import CleanupExecution, CleanupResult
+from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
 
 
@@ -62,33 +47,29 @@ def grace_cutoff(step: Step):
     return step.cutoff(days=step.params["grace_days"])
 
 
-@dag(
-    dag_id="blobgc_image_cleanup",
+def planning() -> Planned:
+    @gc_step(checks=(image_sizes,))
+    def plan_unbound_images(step: Step) -> CleanupResult:
+        if not fix_run_plan(step):
+            return CleanupResult()
+        return images.plan_unbound_images(step.conn, step.run, cutoff=grace_cutoff(step), bucket=blob_bucket(),
+                                          size_names=image_sizes(), batch_size=step.params["batch_size"])
+
+    planned = plan_unbound_images()
+    return Planned(planned, {"planned": planned})
+
+
+def delete_unbound_images(step: Step) -> CleanupExecution:
+    return images.execute_image_plan(step.conn, step.run, cutoff=grace_cutoff(step))
+
+
+dag = destructive_dag(
+    "blobgc_image_cleanup",
+    kind=Kind(planning, {"planned": CleanupResult}, mapped=False,
+              execution=Execution(delete_unbound_images, "images", CleanupExecution)),
     schedule=CronTriggerTimetable("30 4 * * *", timezone="UTC"),
-    **dag_defaults(),
     params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept.",
                               **plan_params()),
     tags=["blobgc", "seed-001", "images", "destructive"],
     doc_md=__doc__,
 )
-def blobgc_image_cleanup():
-    @gc_step(task_id="plan_unbound_images", checks=(image_sizes,))
-    def plan_unbound(step: Step) -> CleanupResult:
-        if not fix_run_plan(step):
-            return CleanupResult()
-        return plan_unbound_images(step.conn, step.run, cutoff=grace_cutoff(step), bucket=blob_bucket(),
-                                   size_names=image_sizes(), batch_size=step.params["batch_size"])
-
-    @gc_step(task_id="delete_unbound_images")
-    def delete_unbound(step: Step) -> CleanupExecution:
-        return execute_image_plan(step.conn, step.run, cutoff=grace_cutoff(step))
-
-    planned = plan_unbound()
-    deleted = delete_unbound()
-    drained = drain_owed_objects()()
-    planned >> deletion_gate(trigger_rule="none_failed") >> deleted >> drained
-    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, planned=CleanupResult,
-               images=CleanupExecution, objects=DrainResult)(planned=planned, images=deleted, objects=drained)
-
-
-dag = blobgc_image_cleanup()

@@ -28,42 +28,17 @@ With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import CronTriggerTimetable, Param
 
 from blobgc.collectors import media_cleanup
 from blobgc.collectors.media_cleanup import MediaShard, StagingResult
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import OwedFromPlan, execution_report
-from blobgc.dag_kit import (
-    S3_POOL,
-    Step,
-    dag_defaults,
-    deleting_params,
-    deletion_gate,
-    drain_owed_objects,
-    fix_run_plan,
-    owe_planned_objects,
-    gc_step,
-    plan_params,
-    report_run,
-)
+from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.unfixable import check_media_buckets
 from blobgc.dag_kit.variables import media_settings
 
 
-@dag(
-    dag_id="blobgc_media_staging",
-    schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
-    **dag_defaults(),
-    params=deleting_params(
-        max_age_minutes=Param(60, type="integer", minimum=7,
-                              description="Staging objects older than this are abandoned uploads. Must exceed "
-                                          "the presigned POST's 5 minutes."),
-        **plan_params()),
-    tags=["blobgc", "seed-004", "media", "destructive"],
-    doc_md=__doc__,
-)
-def blobgc_media_staging():
+def planning() -> Planned:
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         if not fix_run_plan(step):
@@ -80,11 +55,18 @@ def blobgc_media_staging():
                                                 batch_size=step.params["batch_size"])
 
     stale = plan_stale_staging.expand(shard=plan_shards())
-    owed = owe_planned_objects()()
-    drained = drain_owed_objects()()
-    stale >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
-    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, staging=StagingResult,
-               owed=OwedFromPlan, objects=DrainResult)(staging=stale, owed=owed, objects=drained)
+    return Planned(stale, {"staging": stale})
 
 
-dag = blobgc_media_staging()
+dag = destructive_dag(
+    "blobgc_media_staging",
+    kind=Kind(planning, {"staging": StagingResult}),  # the plan is objects alone: owed to the drain
+    schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
+    params=deleting_params(
+        max_age_minutes=Param(60, type="integer", minimum=7,
+                              description="Staging objects older than this are abandoned uploads. Must exceed "
+                                          "the presigned POST's 5 minutes."),
+        **plan_params()),
+    tags=["blobgc", "seed-004", "media", "destructive"],
+    doc_md=__doc__,
+)

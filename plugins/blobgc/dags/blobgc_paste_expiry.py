@@ -41,35 +41,57 @@ executes what is left of it, planning nothing again. The receipt page
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors.paste_expiry import (
-    DriftReport, ExpiryExecution, PlannedExpiry, check_ref_counts, execute_expiry_part, plan_expiry, plans_itself,
-    restart_expiry_plan, split_expiry_contents,
-)
-from blobgc.core.cache_purge import PurgeResult
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import execution_report
-from blobgc.dag_kit import (
-    Step,
-    dag_defaults,
-    deleting_params,
-    deletion_gate,
-    drain_owed_objects,
-    fix_run_plan,
-    gc_step,
-    list_plan_parts,
-    plan_params,
-    purge_owed_cache_keys,
-    report_run,
-)
+from blobgc.collectors import paste_expiry as pastes
+from blobgc.collectors.paste_expiry import DriftReport, ExpiryExecution, PlannedExpiry
+from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
 
 
-@dag(
-    dag_id="blobgc_paste_expiry",
+def planning() -> Planned:
+    @gc_step()
+    def check_ref_counts(step: Step) -> DriftReport:
+        plans = fix_run_plan(step)
+        return pastes.check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"],
+                                plan_orphans=plans)
+
+    @gc_step()
+    def expiry_ranges(step: Step) -> list[list[str | None]]:
+        # a retry may cut other ranges: take back the old ones (none once the gate judged the plan: it is kept)
+        if not pastes.plans_itself(step.conn, step.run) or not pastes.restart_expiry_plan(step.conn, step.run):
+            return []
+        return [list(r) for r in pastes.split_expiry_contents(step.conn, step.run.reference_time,
+                                                              step.params["expiry_workers"])]
+
+    @gc_step(map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
+                                "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}")
+    def plan_expiry(step: Step, hashes: list[str | None]) -> PlannedExpiry:
+        return pastes.plan_expiry(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
+                           batch_size=step.params["batch_size"], content_range=(hashes[0], hashes[1]))
+
+    drift = check_ref_counts()
+    ranges = expiry_ranges()
+    drift >> ranges
+    planned = plan_expiry.expand(hashes=ranges)
+    return Planned(planned, {"ref_counts": drift, "planned": planned})
+
+
+def expire_pastes(step: Step, part: dict) -> ExpiryExecution:
+    return pastes.execute_expiry_part(step.conn, step.run, part=part["part"], redis_prefix=paste_redis_prefix())
+
+
+dag = destructive_dag(
+    "blobgc_paste_expiry",
+    # none_failed: the drains run even when this run's plan is empty (no expire_pastes task): earlier runs' debts
+    kind=Kind(planning, {"ref_counts": DriftReport, "planned": PlannedExpiry}, cache_keys=True,
+              drain_trigger_rule="none_failed",
+              execution=Execution(expire_pastes, "expired", ExpiryExecution, map_index_template=(
+                  "{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
+                  "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
+                  "{% else %}{{ p }}{% endif %}"))),
     schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
-    **dag_defaults(),
     params=deleting_params(
         expiry_workers=Param(2, type="integer", minimum=1, maximum=16,
                              description="Parallel plan_expiry tasks, each over its own range of content_hash (and so "
@@ -78,49 +100,3 @@ from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
     tags=["blobgc", "seed-002", "pastes", "destructive"],
     doc_md=__doc__,
 )
-def blobgc_paste_expiry():
-    @gc_step(task_id="check_ref_counts")
-    def repair_ref_counts(step: Step) -> DriftReport:
-        plans = fix_run_plan(step)
-        return check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"],
-                                plan_orphans=plans)
-
-    @gc_step()
-    def expiry_ranges(step: Step) -> list[list[str | None]]:
-        # a retry may cut other ranges: take back the old ones (none once the gate judged the plan: it is kept)
-        if not plans_itself(step.conn, step.run) or not restart_expiry_plan(step.conn, step.run):
-            return []
-        return [list(r) for r in split_expiry_contents(step.conn, step.run.reference_time,
-                                                       step.params["expiry_workers"])]
-
-    @gc_step(task_id="plan_expiry", map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
-                                                        "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}")
-    def plan_range(step: Step, hashes: list[str | None]) -> PlannedExpiry:
-        return plan_expiry(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
-                           batch_size=step.params["batch_size"], content_range=(hashes[0], hashes[1]))
-
-    @gc_step(task_id="expire_pastes",
-             map_index_template="{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
-                                "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
-                                "{% else %}{{ p }}{% endif %}")
-    def expire_part(step: Step, part: dict) -> ExpiryExecution:
-        return execute_expiry_part(step.conn, step.run, part=part["part"], redis_prefix=paste_redis_prefix())
-
-    drift = repair_ref_counts()
-    ranges = expiry_ranges()
-    planned = plan_range.expand(hashes=ranges)
-    gate = deletion_gate(trigger_rule="none_failed")
-    parts = list_plan_parts()()
-    expired = expire_part.expand(part=parts)
-    # none_failed: they drain what earlier runs owe even when this run's plan is empty (no expire_pastes task)
-    objects = drain_owed_objects(trigger_rule="none_failed")()
-    cache = purge_owed_cache_keys(trigger_rule="none_failed")()
-    drift >> ranges
-    planned >> gate >> parts
-    expired >> [objects, cache]
-    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, ref_counts=DriftReport,
-               planned=PlannedExpiry, expired=ExpiryExecution, objects=DrainResult, cache=PurgeResult)(
-        ref_counts=drift, planned=planned, expired=expired, objects=objects, cache=cache)
-
-
-dag = blobgc_paste_expiry()

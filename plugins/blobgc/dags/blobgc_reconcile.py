@@ -46,52 +46,18 @@ Seed 004's buckets are left to their own DAGs. `dry_run` makes the plan and dele
 """
 from __future__ import annotations
 
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import CronTriggerTimetable, Param
 
 from blobgc.collectors import reconcile
 from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
 from blobgc.collectors.reconcile.planning import run_shards
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import OwedFromPlan, execution_report
-from blobgc.dag_kit import (
-    S3_POOL,
-    Step,
-    dag_defaults,
-    deletion_gate,
-    destructive_params,
-    drain_owed_objects,
-    fix_run_plan,
-    owe_planned_objects,
-    gc_step,
-    plan_params,
-    report_run,
-)
+from blobgc.dag_kit import S3_POOL, Step, destructive_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, inventory_destinations
 
 
-@dag(
-    dag_id="blobgc_reconcile",
-    schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
-    **dag_defaults(),
-    params=destructive_params(
-        "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
-        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),
-        prefixes=Param(None, type=["null", "array"], items={"type": "string"},
-                       description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].'),
-        source=Param("list", enum=["list", "inventory"],
-                     description="list: walk the buckets with ListObjectsV2. inventory: read each bucket's newest S3 "
-                                 "Inventory report (Variable blobgc_inventory) instead; no fallback to listing."),
-        max_inventory_age_hours=Param(48, type="number", minimum=1,
-                                      description="source=inventory: a report older than this fails the run."),
-        listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
-                             description="source=list: cut each shard into up to this many key ranges, listed by "
-                                         "separate mapped tasks side by side."),
-        **plan_params()),
-    tags=["blobgc", "seed-001", "reconcile", "destructive"],
-    doc_md=__doc__,
-)
-def blobgc_reconcile():
+def planning() -> Planned:
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params, index_warnings=True)
@@ -123,12 +89,28 @@ def blobgc_reconcile():
             bucket_origin=blob_bucket_origin())
 
     shards = reconcile_shard.expand(shard=plan_shards())
-    owed = owe_planned_objects()()
-    drained = drain_owed_objects()()
-    shards >> deletion_gate(trigger_rule="none_failed") >> owed >> drained
-    report_run(trigger_rule="none_failed", summaries={"reconcile": reconcile.summarize, "plan": execution_report,
-                                                      "not_planned": reconcile.not_planned},
-               shards=ShardResult, owed=OwedFromPlan, objects=DrainResult)(shards=shards, owed=owed, objects=drained)
+    return Planned(shards, {"shards": shards})
 
 
-dag = blobgc_reconcile()
+dag = destructive_dag(
+    "blobgc_reconcile",
+    kind=Kind(planning, {"shards": ShardResult},  # the plan is objects alone: owed to the drain, which deletes them
+              summaries={"reconcile": reconcile.summarize, "not_planned": reconcile.not_planned}),
+    schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
+    params=destructive_params(
+        "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
+        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),
+        prefixes=Param(None, type=["null", "array"], items={"type": "string"},
+                       description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].'),
+        source=Param("list", enum=["list", "inventory"],
+                     description="list: walk the buckets with ListObjectsV2. inventory: read each bucket's newest S3 "
+                                 "Inventory report (Variable blobgc_inventory) instead; no fallback to listing."),
+        max_inventory_age_hours=Param(48, type="number", minimum=1,
+                                      description="source=inventory: a report older than this fails the run."),
+        listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
+                             description="source=list: cut each shard into up to this many key ranges, listed by "
+                                         "separate mapped tasks side by side."),
+        **plan_params()),
+    tags=["blobgc", "seed-001", "reconcile", "destructive"],
+    doc_md=__doc__,
+)

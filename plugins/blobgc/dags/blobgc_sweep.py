@@ -45,24 +45,12 @@ shows the plan and what became of it.
 """
 from __future__ import annotations
 
-from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
 from blobgc.collectors.sweep import NotPlannedReport, PlanExecution, SweepResult, execute_plan_part, plan_collection
 from blobgc.core.key_space import split_key_space
-from blobgc.core.outbox import DrainResult
-from blobgc.core.plans import execution_report
-from blobgc.dag_kit import (
-    Step,
-    dag_defaults,
-    deletion_gate,
-    destructive_params,
-    drain_owed_objects,
-    fix_run_plan,
-    gc_step,
-    list_plan_parts,
-    plan_params,
-    report_run,
-)
+from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
+from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.collections import (
     check_collection_buckets,
     checked_collections,
@@ -79,23 +67,7 @@ def grace_of(step: Step, bound) -> float:
     return own if given is None else max(float(given), own)
 
 
-@dag(
-    dag_id="blobgc_sweep",
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
-                                 assets=[Asset("blobgc_marked_blobs")]),
-    **dag_defaults(),
-    params=destructive_params(
-        "grace_hours", None, "Empty (the default): each collection's own grace_hours (the collections file's; 24 "
-        "where it declares none). Given: rows unused for less than this many hours, or their collection's grace "
-        "if longer, are kept (a run can lengthen a collection's grace, never shorten it).",
-        collections=collections_param(),
-        sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
-                            description="Parallel plan_deletions tasks per collection, each over an id range."),
-        **plan_params()),
-    tags=["blobgc", "seed-000", "sweep", "destructive"],
-    doc_md=__doc__,
-)
-def blobgc_sweep():
+def planning() -> Planned:
     @gc_step()
     def plan_shards(step: Step) -> list[dict]:
         collections = checked_collections(step.conn, step.params)
@@ -114,21 +86,31 @@ def blobgc_sweep():
                                cutoff=step.cutoff(hours=grace_of(step, bound)), batch_size=step.params["batch_size"],
                                key_range=(shard["lo"], shard["hi"]))
 
-    @gc_step(map_index_template="{{ task.op_kwargs['part']['part'] }}")
-    def delete_unused_blobs(step: Step, part: dict) -> PlanExecution:
-        bound = one_collection(step.conn, part["collection"])
-        return execute_plan_part(step.conn, step.run, bound, references(step.conn, bound),
-                                 cutoff=step.cutoff(hours=grace_of(step, bound)), part=part["part"])
-
     planned = plan_deletions.expand(shard=plan_shards())
-    gate = deletion_gate(trigger_rule="none_failed")
-    parts = list_plan_parts()()
-    swept = delete_unused_blobs.expand(part=parts)
-    drained = drain_owed_objects()()
-    planned >> gate >> parts >> drain_owed_objects("retry_owed_objects", fail_on_parked=False)() >> swept >> drained
-    report_run(trigger_rule="none_failed", summaries={"plan": execution_report}, planned=SweepResult,
-               not_planned=NotPlannedReport, swept=PlanExecution, objects=DrainResult)(
-        planned=planned, not_planned=planned, swept=swept, objects=drained)
+    return Planned(planned, {"planned": planned, "not_planned": planned})
 
 
-dag = blobgc_sweep()
+def delete_unused_blobs(step: Step, part: dict) -> PlanExecution:
+    bound = one_collection(step.conn, part["collection"])
+    return execute_plan_part(step.conn, step.run, bound, references(step.conn, bound),
+                             cutoff=step.cutoff(hours=grace_of(step, bound)), part=part["part"])
+
+
+dag = destructive_dag(
+    "blobgc_sweep",
+    kind=Kind(planning, {"planned": SweepResult, "not_planned": NotPlannedReport}, catch_up_drain=True,
+              execution=Execution(delete_unused_blobs, "swept", PlanExecution,
+                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
+                                 assets=[Asset("blobgc_marked_blobs")]),
+    params=destructive_params(
+        "grace_hours", None, "Empty (the default): each collection's own grace_hours (the collections file's; 24 "
+        "where it declares none). Given: rows unused for less than this many hours, or their collection's grace "
+        "if longer, are kept (a run can lengthen a collection's grace, never shorten it).",
+        collections=collections_param(),
+        sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
+                            description="Parallel plan_deletions tasks per collection, each over an id range."),
+        **plan_params()),
+    tags=["blobgc", "seed-000", "sweep", "destructive"],
+    doc_md=__doc__,
+)
