@@ -24,7 +24,7 @@ help:
 # The lock pins every package (`make lock` freezes a whole environment), uv among them: uv installs the rest
 # (--no-deps: the lock is resolved already; `uv pip check` proves it whole), bytecode compiled on both cores so
 # that the stack's processes and the test workers, starting together, do not each compile what they import.
-# 24 s on 2 cores with an empty cache, where pip took 105 s without bytecode (docs/benchmarks.md).
+# 24 s on 2 cores (12 s without bytecode, downloads included), where pip took 105 s without it (docs/benchmarks.md).
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements.txt)"
