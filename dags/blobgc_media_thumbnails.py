@@ -42,6 +42,7 @@ from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step
 from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.unfixable import check_media_buckets
 from blobgc.dag_kit.variables import media_settings
+from blobgc.reclaim.routes import receipt_path
 from demo_app.media import render_thumbnails
 
 
@@ -85,4 +86,5 @@ dag = destructive_dag(
         **plan_params()),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

@@ -154,3 +154,16 @@ def test_reclaim_page_in_chromium_matches_reclaim_daily(stack, app_runs, chromiu
     assert frame.locator("h1").inner_text() == "blobgc storage reclaim"
     page.screenshot(path=str(ARTIFACTS / "reclaim_page_in_airflow_ui.png"))
     page.close()
+
+
+def test_the_receipt_path_handed_to_the_gate_is_a_route_of_the_app():
+    """The gate links a plan's receipt with `receipt_path` (blobgc.reclaim.routes), the same route the app serves."""
+    from blobgc.reclaim.app import create_app
+    from blobgc.reclaim.routes import URL_PREFIX, receipt_path
+
+    path = receipt_path("blobgc_sweep", "manual__2026-11-26T03:00:00+00:00")
+    assert path == "/blobgc/runs/blobgc_sweep/manual__2026-11-26T03%3A00%3A00%2B00%3A00"
+    within = path.removeprefix(URL_PREFIX)
+    served = [route.endpoint.__name__ for route in create_app().routes
+              if getattr(route, "path_regex", None) is not None and route.path_regex.match(within)]
+    assert served == ["receipt_page"]

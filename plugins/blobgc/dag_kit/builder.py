@@ -83,14 +83,15 @@ class Kind:
 
 
 def destructive_dag(dag_id: str, *, kind: Kind, schedule: Any, params: dict[str, Any], tags: list[str],
-                    doc_md: str | None) -> Any:
-    """The DAG `dag_id`, wired from `kind` (see the module docstring)."""
+                    doc_md: str | None, receipt_path: Callable[[str, str], str]) -> Any:
+    """The DAG `dag_id`, wired from `kind` (see the module docstring). `receipt_path(dag_id, run_id)` is where a
+    run's receipt page is (`blobgc.reclaim.routes.receipt_path`): the gate links the plan it asks about there."""
     from airflow.sdk import dag
 
     @dag(dag_id=dag_id, schedule=schedule, **dag_defaults(), params=params, tags=tags, doc_md=doc_md)
     def build() -> None:
         planned = kind.planning()
-        gate = deletion_gate(trigger_rule=NONE_FAILED)
+        gate = deletion_gate(trigger_rule=NONE_FAILED, receipt_path=receipt_path)
         planned.gate_after >> gate
         executed, name, result = execution(kind, gate)
         objects = drain_owed_objects(**trigger(kind.drain_trigger_rule))()

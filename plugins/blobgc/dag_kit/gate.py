@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
 from blobgc.core.gate import GateSettings, judge, record_judgement
@@ -53,14 +54,11 @@ def gate_settings() -> GateSettings:
     return GateSettings.parse(variable("blobgc_gate", None, json_value=True))
 
 
-def receipt_url(dag_id: str, run_id: str) -> str:
-    """The receipt page of a run, on the api-server's public URL ([api] base_url)."""
-    from urllib.parse import quote
-
+def receipt_url(path: str) -> str:
+    """`path` (a receipt page's, from the api-server's root) on the api-server's public URL ([api] base_url)."""
     from airflow.sdk.configuration import conf
 
-    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
-    return f"{base}/blobgc/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+    return (conf.get("api", "base_url", fallback="") or "").rstrip("/") + path
 
 
 def run_of(context: dict[str, Any]) -> RunRef:
@@ -73,8 +71,10 @@ def responder(event: dict[str, Any]) -> str | None:
     return (user.get("name") or user.get("id")) if isinstance(user, dict) else str(user)
 
 
-def deletion_gate(task_id: str = "gate", **kwargs: Any):
-    """The gate task (see the module docstring); place it between planning and deleting."""
+def deletion_gate(task_id: str = "gate", *, receipt_path: Callable[[str, str], str], **kwargs: Any):
+    """The gate task (see the module docstring); place it between planning and deleting. `receipt_path(dag_id,
+    run_id)` is the receipt page's path, handed down from where the reclaim page's routes are defined
+    (`blobgc.reclaim.routes.receipt_path`): the plan a person is asked about is linked there."""
     from airflow.providers.standard.operators.hitl import ApprovalOperator
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -123,7 +123,7 @@ def deletion_gate(task_id: str = "gate", **kwargs: Any):
             planned = judgement.planned
             self.subject = (f"Approve {run.dag_id} deleting {planned.objects:,} objects "
                             f"({human_bytes(planned.bytes)}) and {planned.rows:,} rows?")
-            plan_link = receipt_url(run.dag_id, judgement.plan_run_id)
+            plan_link = receipt_url(receipt_path(run.dag_id, judgement.plan_run_id))
             self.body = (
                 f"Run `{run.run_id}` of **{run.dag_id}** plans to delete **{planned.objects:,} objects** "
                 f"({human_bytes(planned.bytes)}) and {planned.rows:,} rows: past the gate's threshold "

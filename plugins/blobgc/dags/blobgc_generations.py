@@ -46,6 +46,7 @@ from blobgc.collectors.generations import GenerationExecution, GenerationPlan, O
 from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket
+from blobgc.reclaim.routes import receipt_path
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
 
@@ -91,4 +92,5 @@ dag = destructive_dag(
         **plan_params()),
     tags=["blobgc", "seed-003", "generations", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

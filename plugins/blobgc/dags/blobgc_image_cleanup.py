@@ -41,6 +41,7 @@ from blobgc.collectors.image_cleanup import CleanupExecution, CleanupResult
 from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
+from blobgc.reclaim.routes import receipt_path
 
 
 def grace_cutoff(step: Step):
@@ -72,4 +73,5 @@ dag = destructive_dag(
                               **plan_params()),
     tags=["blobgc", "seed-001", "images", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

@@ -48,6 +48,7 @@ from blobgc.collectors.paste_expiry import DriftReport, ExpiryExecution, Planned
 from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
+from blobgc.reclaim.routes import receipt_path
 
 
 def planning() -> Planned:
@@ -99,4 +100,5 @@ dag = destructive_dag(
         **plan_params()),
     tags=["blobgc", "seed-002", "pastes", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

@@ -55,6 +55,7 @@ from blobgc.dag_kit import S3_POOL, Step, destructive_params, fix_run_plan, gc_s
 from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, inventory_destinations
+from blobgc.reclaim.routes import receipt_path
 
 
 def planning() -> Planned:
@@ -113,4 +114,5 @@ dag = destructive_dag(
         **plan_params()),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

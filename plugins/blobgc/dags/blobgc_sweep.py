@@ -58,6 +58,7 @@ from blobgc.dag_kit.collections import (
     one_collection,
     references,
 )
+from blobgc.reclaim.routes import receipt_path
 
 
 def grace_of(step: Step, bound) -> float:
@@ -113,4 +114,5 @@ dag = destructive_dag(
         **plan_params()),
     tags=["blobgc", "seed-000", "sweep", "destructive"],
     doc_md=__doc__,
+    receipt_path=receipt_path,
 )

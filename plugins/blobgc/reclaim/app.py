@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from blobgc.dag_kit.connections import pg_connection
 from blobgc.reclaim import undo
+from blobgc.reclaim.routes import RECEIPT_ROUTE, URL_PREFIX  # noqa: F401 - URL_PREFIX: the plugin's
 from blobgc.reclaim.manifest import FORMATS, manifest_chunks, manifest_filename
 from blobgc.reclaim.page import render_page
 from blobgc.reclaim.receipt_page import render_forbidden, render_not_found, render_receipt
@@ -31,7 +32,6 @@ from blobgc.reclaim.receipts import collect_receipt, find_run, record_undo_reque
 from blobgc.reclaim.report import collect_report, run_dag_ids
 from blobgc.reclaim.run_access import may_read_runs, readable_dag_ids
 
-URL_PREFIX = "/blobgc"
 
 
 async def require_airflow_user(request: Request) -> Any:
@@ -117,7 +117,7 @@ def create_app() -> FastAPI:
                      collection: Collection = None) -> dict[str, Any]:
         return load_report(user, days, per_dag, collection)
 
-    @app.get("/runs/{dag_id}/{run_id:path}", response_class=HTMLResponse, summary="A run's receipt page")
+    @app.get(RECEIPT_ROUTE, response_class=HTMLResponse, summary="A run's receipt page")
     def receipt_page(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> HTMLResponse:
         if not may_read_runs(user, dag_id):
             return HTMLResponse(render_forbidden(dag_id, root_path(request)), status_code=status.HTTP_403_FORBIDDEN,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from blobgc.reclaim.app import URL_PREFIX, create_app
+from blobgc.reclaim.app import create_app
+from blobgc.reclaim.routes import URL_PREFIX
 
 
 class BlobgcReclaimPlugin(AirflowPlugin):
