@@ -9,11 +9,12 @@ PYTEST_ARGS ?=
 # Three on 2 cores: the suite also waits (on the scheduler, a gate's timeout, a retry's delay), and the third fills it
 TEST_WORKERS ?= 3
 
-.PHONY: help venv up down status migrate demo test test-unit layers coverage bench compose-check clean browser tls-postgres lock
+.PHONY: help venv up down status migrate demo test test-unit layers lint format coverage bench compose-check clean browser tls-postgres lock
 
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
-	@echo "make test      check the layering (lint-imports), then run the whole test suite against the real local stack"
+	@echo "make test      check the layering (lint-imports) and ruff, then run the whole test suite against the real local stack"
+	@echo "make format    format and lint-fix plugins/ with ruff (make lint checks it)"
 	@echo "make coverage  the suite under coverage.py, with a line-coverage report of plugins/"
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
 	@echo "make up EXECUTOR=celery   the same stack on CeleryExecutor with two local workers"
@@ -74,12 +75,21 @@ browser:
 # meanwhile, while the stack starts; the test waits for it (scripts/install_venv.py).
 test: venv
 	mkdir -p .blobgc && { $(VENV)/bin/python scripts/install_venv.py --airflow-only > .blobgc/install-venv.log 2>&1 & }
-	$(MAKE) up browser tls-postgres layers
+	$(MAKE) up browser tls-postgres layers lint
 	source $(ENV) && python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 layers: venv
 	$(VENV)/bin/lint-imports --no-cache
+
+# ruff, configured in pyproject.toml: the package and the demo application formatted and linted (`make format` fixes)
+lint: venv
+	$(VENV)/bin/ruff check plugins/
+	$(VENV)/bin/ruff format --check plugins/
+
+format: venv
+	$(VENV)/bin/ruff format plugins/
+	$(VENV)/bin/ruff check --fix plugins/
 
 # Line coverage of plugins/ over the whole suite (in this process; DAG runs through the CLI are not counted).
 coverage: up browser tls-postgres

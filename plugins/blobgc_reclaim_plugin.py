@@ -3,6 +3,7 @@ through its `airflow.plugins` entry point, and then this file defines nothing, s
 loaded twice (docker-compose installs the wheel and still mounts plugins/ for the demo application). The one
 `.py` the plugin loader should execute: the library under plugins/blobgc/ is listed in plugins/.airflowignore.
 """
+
 from __future__ import annotations
 
 from importlib.metadata import entry_points

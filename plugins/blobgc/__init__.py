@@ -6,6 +6,7 @@ the Airflow plugin), `blobgc.dag_kit` (the Airflow layer), `blobgc.collectors` (
 plain functions), `blobgc.core` (key layouts, outbox, S3, runs, settings: no application, no Airflow).
 SQL ships as package data in `blobgc/sql/`.
 """
+
 from __future__ import annotations
 
 __version__ = "1.6.0"

@@ -13,6 +13,7 @@ keys, `2024-05-01T12:34:56.000Z` dates) or Parquet data files under `.../<config
 The report is as old as its listing: a run of reconcile with `source=inventory` then checks it,
 and the objects and rows changed since, as it would AWS's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,28 +23,40 @@ import json
 import os
 import tempfile
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from blobgc.core.inventory import Destination
 
 FIELDS = ("Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass")
-PARQUET_SCHEMA = ("message s3.inventory { required binary bucket (STRING); required binary key (STRING); "
-                  "optional int64 size; optional int64 last_modified_date (TIMESTAMP(MILLIS,true)); "
-                  "optional binary e_tag (STRING); optional binary storage_class (STRING);}")
+PARQUET_SCHEMA = (
+    "message s3.inventory { required binary bucket (STRING); required binary key (STRING); "
+    "optional int64 size; optional int64 last_modified_date (TIMESTAMP(MILLIS,true)); "
+    "optional binary e_tag (STRING); optional binary storage_class (STRING);}"
+)
 ROWS_PER_FILE = 1_000_000
 
 
 def report_folder(taken: datetime) -> str:
-    return taken.astimezone(timezone.utc).strftime("%Y-%m-%dT%H-%MZ")
+    return taken.astimezone(UTC).strftime("%Y-%m-%dT%H-%MZ")
 
 
-def write_report(s3, source_bucket: str, destination: Destination, db, objects: str, *, file_format: str = "CSV",
-                 configuration: str = "blobgc", taken: datetime | None = None,
-                 rows_per_file: int = ROWS_PER_FILE, workdir: Path | None = None) -> str:
+def write_report(
+    s3,
+    source_bucket: str,
+    destination: Destination,
+    db,
+    objects: str,
+    *,
+    file_format: str = "CSV",
+    configuration: str = "blobgc",
+    taken: datetime | None = None,
+    rows_per_file: int = ROWS_PER_FILE,
+    workdir: Path | None = None,
+) -> str:
     """Write the report of `objects` (a DuckDB relation of key, size, last_modified TIMESTAMP in UTC, e_tag) into
     `destination`, through the DuckDB connection `db`; returns the manifest's key."""
-    taken = taken or datetime.now(timezone.utc)
+    taken = taken or datetime.now(UTC)
     file_format = {"csv": "CSV", "parquet": "Parquet"}.get(file_format.lower(), file_format)
     suffix = {"CSV": ".csv.gz", "Parquet": ".parquet"}[file_format]
     base = f"{destination.reports_of(source_bucket)}{configuration}/"
@@ -84,34 +97,59 @@ def write_report(s3, source_bucket: str, destination: Destination, db, objects: 
     body = json.dumps(manifest, indent=2).encode()
     folder = f"{base}{report_folder(taken)}/"
     s3.put_object(Bucket=destination.bucket, Key=f"{folder}manifest.json", Body=body)
-    s3.put_object(Bucket=destination.bucket, Key=f"{folder}manifest.checksum", Body=hashlib.md5(body).hexdigest().encode())
+    s3.put_object(
+        Bucket=destination.bucket, Key=f"{folder}manifest.checksum", Body=hashlib.md5(body).hexdigest().encode()
+    )
     return f"{folder}manifest.json"
 
 
-def report_of_bucket(s3, source_bucket: str, destination: Destination, *, file_format: str = "CSV",
-                     configuration: str = "blobgc", taken: datetime | None = None,
-                     rows_per_file: int = ROWS_PER_FILE) -> str:
+def report_of_bucket(
+    s3,
+    source_bucket: str,
+    destination: Destination,
+    *,
+    file_format: str = "CSV",
+    configuration: str = "blobgc",
+    taken: datetime | None = None,
+    rows_per_file: int = ROWS_PER_FILE,
+) -> str:
     """List `source_bucket` and write its report (see `write_report`); returns the manifest's key."""
     import duckdb
 
-    taken = taken or datetime.now(timezone.utc)  # a report is as old as the start of its listing
+    taken = taken or datetime.now(UTC)  # a report is as old as the start of its listing
     with tempfile.TemporaryDirectory(prefix="blobgc-inventory-list-") as scratch:
         listing = Path(scratch) / "listing.csv"
         with listing.open("w", newline="") as out:
             writer = csv.writer(out)
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source_bucket):
                 for item in page.get("Contents") or []:
-                    writer.writerow([item["Key"], int(item.get("Size") or 0),
-                                     item["LastModified"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f"),
-                                     item.get("ETag", "").strip('"')])
+                    writer.writerow(
+                        [
+                            item["Key"],
+                            int(item.get("Size") or 0),
+                            item["LastModified"].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
+                            item.get("ETag", "").strip('"'),
+                        ]
+                    )
         db = duckdb.connect()
         try:
-            objects = (f"SELECT * FROM read_csv('{listing}', header = false, auto_detect = false, quote = '\"', "
-                       "escape = '\"', columns = {'key': 'VARCHAR', 'size': 'BIGINT', 'last_modified': 'TIMESTAMP', "
-                       "'e_tag': 'VARCHAR'})")
-            return write_report(s3, source_bucket, destination, db, objects, file_format=file_format,
-                                configuration=configuration, taken=taken, rows_per_file=rows_per_file,
-                                workdir=Path(scratch))
+            objects = (
+                f"SELECT * FROM read_csv('{listing}', header = false, auto_detect = false, quote = '\"', "
+                "escape = '\"', columns = {'key': 'VARCHAR', 'size': 'BIGINT', 'last_modified': 'TIMESTAMP', "
+                "'e_tag': 'VARCHAR'})"
+            )
+            return write_report(
+                s3,
+                source_bucket,
+                destination,
+                db,
+                objects,
+                file_format=file_format,
+                configuration=configuration,
+                taken=taken,
+                rows_per_file=rows_per_file,
+                workdir=Path(scratch),
+            )
         finally:
             db.close()
 
@@ -123,8 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", choices=("csv", "parquet"), default="csv")
     parser.add_argument("--configuration", default="blobgc", help="the inventory configuration id (default blobgc)")
     parser.add_argument("--rows-per-file", type=int, default=ROWS_PER_FILE)
-    parser.add_argument("--conn-id", help="the Airflow connection of the store (e.g. blobgc_s3; default: the "
-                                          "environment's BLOBGC_S3_ENDPOINT and AWS keys)")
+    parser.add_argument(
+        "--conn-id",
+        help="the Airflow connection of the store (e.g. blobgc_s3; default: the "
+        "environment's BLOBGC_S3_ENDPOINT and AWS keys)",
+    )
     args = parser.parse_args(argv)
     if args.conn_id:
         from blobgc.dag_kit.connections import s3_client
@@ -136,8 +177,14 @@ def main(argv: list[str] | None = None) -> int:
 
         s3 = s3_client_from_env()
     destination = Destination.parse(args.destination, source_bucket=args.bucket)
-    key = report_of_bucket(s3, args.bucket, destination, file_format=args.format, configuration=args.configuration,
-                           rows_per_file=args.rows_per_file)
+    key = report_of_bucket(
+        s3,
+        args.bucket,
+        destination,
+        file_format=args.format,
+        configuration=args.configuration,
+        rows_per_file=args.rows_per_file,
+    )
     print(f"s3://{destination.bucket}/{key}")
     return 0
 

@@ -7,6 +7,7 @@
 The runner itself is `blobgc.core.migrate` (no Airflow there); this entry point only finds the database,
 so a team migrates through the same connection, TLS extras included, that its DAGs use.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,11 @@ import psycopg
 from blobgc.core import migrate
 from blobgc.core.settings import ConfigurationError
 
-NOT_ALLOWED = ("this role may not do that. python -m blobgc.migrate needs CREATE on the database while schema blobgc "
-               "does not exist, else USAGE and CREATE on it, and runs as the role that owns blobgc's tables (the one "
-               "that migrated first): see the README's least-privilege GRANT block")
+NOT_ALLOWED = (
+    "this role may not do that. python -m blobgc.migrate needs CREATE on the database while schema blobgc "
+    "does not exist, else USAGE and CREATE on it, and runs as the role that owns blobgc's tables (the one "
+    "that migrated first): see the README's least-privilege GRANT block"
+)
 
 
 def conninfo(args: argparse.Namespace) -> str:
@@ -41,8 +44,9 @@ def conninfo(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m blobgc.migrate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m blobgc.migrate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--conn-id", help="an Airflow connection of type postgres (e.g. blobgc_postgres)")
     source.add_argument("--dsn", help="a libpq connection string (default: BLOBGC_PG_DSN)")

@@ -3,6 +3,7 @@
 The demo, the tests and the benchmark use this to produce data the way the application does:
 objects first, then the row, so a row never points at an object that was never written.
 """
+
 from __future__ import annotations
 
 import secrets

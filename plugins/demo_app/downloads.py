@@ -1,4 +1,5 @@
-"""Bounded, address-checked downloads of partner photos: streamed, with timeouts, a size cap and retries on 5xx and timeouts.
+"""Bounded, address-checked downloads of partner photos: streamed, with timeouts, a size cap and retries on 5xx and
+timeouts.
 
 **Why every address is checked.** A partner URL is untrusted input: `http://169.254.169.254/` (cloud
 metadata), `http://localhost:6379/` or a private host would otherwise be fetched from inside our
@@ -15,6 +16,7 @@ addresses are refused unless `DownloadPolicy.allowed_networks` (Variable
 
 A refusal raises `DownloadFailed` with kind `refused_scheme` or `refused_address`; it is never retried.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -155,8 +157,9 @@ def check_url(url: str, allowed_networks: Iterable[IPNetwork] = ()) -> None:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
-            raise DownloadFailed("refused_scheme", f"{url}: scheme {scheme or '(none)'!r} is refused; only http and "
-                                                   "https are fetched")
+            raise DownloadFailed(
+                "refused_scheme", f"{url}: scheme {scheme or '(none)'!r} is refused; only http and https are fetched"
+            )
         host = parts.hostname
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError as error:  # a port that is not a number, a malformed IPv6 literal
@@ -173,8 +176,11 @@ def check_url(url: str, allowed_networks: Iterable[IPNetwork] = ()) -> None:
     for address in addresses:
         reason = address_refusal(address, networks)
         if reason:
-            raise DownloadFailed("refused_address", f"{url}: {host} resolves to {reason}; refused, as it is not "
-                                                    "in Variable blobgc_crawler_allowed_networks")
+            raise DownloadFailed(
+                "refused_address",
+                f"{url}: {host} resolves to {reason}; refused, as it is not "
+                "in Variable blobgc_crawler_allowed_networks",
+            )
 
 
 # ---------------------------------------------------------------------------------------------- connections
@@ -194,8 +200,10 @@ class _PeerCheckedConnection:
         if reason:
             sock.close()
             host = getattr(self, "host", "?")
-            raise DownloadFailed("refused_address", f"connected to {host} at {reason}; refused, as it is not in "
-                                                    "Variable blobgc_crawler_allowed_networks")
+            raise DownloadFailed(
+                "refused_address",
+                f"connected to {host} at {reason}; refused, as it is not in Variable blobgc_crawler_allowed_networks",
+            )
         return sock
 
 
@@ -233,9 +241,9 @@ def guard_session(session: requests.Session, policy: DownloadPolicy) -> None:
     taking proxies from the environment.
     """
     current = session.adapters
-    if (set(current) == {"http://", "https://"}
-            and all(isinstance(a, GuardedAdapter) and a.allowed_networks == policy.allowed_networks
-                    for a in current.values())):
+    if set(current) == {"http://", "https://"} and all(
+        isinstance(a, GuardedAdapter) and a.allowed_networks == policy.allowed_networks for a in current.values()
+    ):
         return
     adapter = GuardedAdapter(policy.allowed_networks)
     current.clear()
@@ -281,14 +289,15 @@ def download(
             retry_reason = kind
         except requests.RequestException as error:
             raise DownloadFailed("invalid_url", f"{url}: {error}") from error
-        delay = policy.backoff * 2 ** attempt
+        delay = policy.backoff * 2**attempt
         log.info("download of %s failed (%s); retry %d in %.1fs", url, retry_reason, attempt + 1, delay)
         sleep(delay)
     raise AssertionError("unreachable")
 
 
-def fetch_following_redirects(session: requests.Session, url: str, policy: DownloadPolicy, *,
-                              last_attempt: bool) -> bytes:
+def fetch_following_redirects(
+    session: requests.Session, url: str, policy: DownloadPolicy, *, last_attempt: bool
+) -> bytes:
     """One attempt at `url`: follow at most `policy.max_redirects` redirects, checking the scheme and
     every address of each hop before connecting; raise `_Retry` on a 5xx unless this is the last attempt."""
     current = url
@@ -299,8 +308,9 @@ def fetch_following_redirects(session: requests.Session, url: str, policy: Downl
             if hop:
                 raise DownloadFailed(refused.kind, f"{url} redirects (hop {hop}) to {refused}") from refused
             raise
-        with session.get(current, stream=True, timeout=(policy.connect_timeout, policy.read_timeout),
-                         allow_redirects=False) as response:
+        with session.get(
+            current, stream=True, timeout=(policy.connect_timeout, policy.read_timeout), allow_redirects=False
+        ) as response:
             target = session.get_redirect_target(response)
             if target is not None:
                 current = requote_uri(urljoin(current, target))
@@ -311,8 +321,9 @@ def fetch_following_redirects(session: requests.Session, url: str, policy: Downl
                 raise DownloadFailed(f"http_{response.status_code}", f"HTTP {response.status_code} for {current}")
             declared = response.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > policy.max_bytes:
-                raise DownloadFailed("oversize", f"{current} declares {int(declared):,} bytes, over the cap of "
-                                                 f"{policy.max_bytes:,}")
+                raise DownloadFailed(
+                    "oversize", f"{current} declares {int(declared):,} bytes, over the cap of {policy.max_bytes:,}"
+                )
             body = bytearray()
             for chunk in response.iter_content(CHUNK):
                 body += chunk
@@ -327,8 +338,9 @@ class _Retry(Exception):
 
 
 @contextmanager
-def fetching(policy: DownloadPolicy = DEFAULT_POLICY, *, user_agent: str = "blobgc-crawler/1.0"
-             ) -> Iterator[Callable[[str], bytes]]:
+def fetching(
+    policy: DownloadPolicy = DEFAULT_POLICY, *, user_agent: str = "blobgc-crawler/1.0"
+) -> Iterator[Callable[[str], bytes]]:
     """A `fetch(url) -> bytes` for the crawler, on one HTTP session for the block (`download` under `policy`)."""
     with requests.Session() as session:
         session.headers["User-Agent"] = user_agent

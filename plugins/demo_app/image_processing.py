@@ -7,6 +7,7 @@ so a decompression bomb costs a header read. A JPEG is decoded once, at the smal
 resized from the previous one. EXIF orientation is applied. When the original can be kept as it
 is (no rotation, no watermark), its bytes are stored unchanged as the `0` (unscaled) size.
 """
+
 from __future__ import annotations
 
 import io
@@ -76,8 +77,11 @@ def open_as(data: bytes, pillow_format: str, label: str, *, max_pixels: int = DE
         raise ImageRejected("corrupt", f"unreadable {label} image: {error}") from error
     width, height = image.size
     if width * height > max_pixels:
-        raise ImageRejected("bomb", f"{width}x{height} is {width * height:,} pixels, over the limit of "
-                                    f"{max_pixels:,}: refused as a possible decompression bomb")
+        raise ImageRejected(
+            "bomb",
+            f"{width}x{height} is {width * height:,} pixels, over the limit of "
+            f"{max_pixels:,}: refused as a possible decompression bomb",
+        )
     if width < 1 or height < 1:
         raise ImageRejected("corrupt", "empty image")
     return image
@@ -162,8 +166,13 @@ def render_sizes(
     # largest first, each size resized from the previous (smaller) one: the work shrinks as it goes
     for name, edge in sorted(sizes.items(), key=lambda item: -(item[1] or 10**9)):
         if edge == 0:
-            rendered[name] = data if keep_original else encode_jpeg(
-                draw_watermark(image, watermark) if watermark and max(image.size) >= watermark.min_edge else image)
+            rendered[name] = (
+                data
+                if keep_original
+                else encode_jpeg(
+                    draw_watermark(image, watermark) if watermark and max(image.size) >= watermark.min_edge else image
+                )
+            )
             continue
         target = fit(full, edge)
         if target != current.size:

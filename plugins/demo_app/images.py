@@ -14,6 +14,7 @@ is left and deletes the files.
 **Why an upload never leaves orphans.** A new image's keys are owed (an intent) before its files are
 uploaded, and the row insert cancels the intent in one transaction (`blobgc.core.uploads`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,9 @@ from blobgc.core.keys import IMAGE_FILES, image_keys
 from blobgc.core.locks import IMAGE_LOCK_CLASS, lock_stripes, session_stripe
 from blobgc.core.sizes import human_bytes
 from blobgc.core.uploads import insert_image_rows, upload_with_intent
+from demo_app import statements
 from demo_app.downloads import DEFAULT_MAX_BYTES
 from demo_app.image_processing import DEFAULT_MAX_PIXELS, DEFAULT_SIZES, ImageRejected, Watermark, render_sizes
-from demo_app import statements
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +89,23 @@ def store_new_image(
 
     def account(c: psycopg.Connection) -> None:
         insert_rows(c, image_id)
-        c.execute(statements.load("images/insert_image_file"),
-                  {"image_id": image_id, "keys": keys, "sizes": [len(b) for b in bodies.values()]})
+        c.execute(
+            statements.load("images/insert_image_file"),
+            {"image_id": image_id, "keys": keys, "sizes": [len(b) for b in bodies.values()]},
+        )
 
     with session_stripe(conn, IMAGE_LOCK_CLASS, image_id, exclusive=False):  # no drain deletes them mid-upload
-        upload_with_intent(conn, s3, bucket=settings.bucket, bodies=bodies, content_type="image/jpeg",
-                           owed_to=CLEANUP_DAG, source=IMAGE_FILES.source, run_id=run_id, account=account)
+        upload_with_intent(
+            conn,
+            s3,
+            bucket=settings.bucket,
+            bodies=bodies,
+            content_type="image/jpeg",
+            owed_to=CLEANUP_DAG,
+            source=IMAGE_FILES.source,
+            run_id=run_id,
+            account=account,
+        )
     log.info("stored image %s: %d sizes, %s", image_id, len(keys), human_bytes(sum(map(len, bodies.values()))))
     return image_id
 
@@ -106,8 +118,9 @@ def pre_upload(conn: psycopg.Connection, s3, settings: ImageSettings, body: byte
     once, with an unbound row. Raises ImageRejected for bytes that are not an acceptable image.
     """
     if len(body) > settings.max_upload_bytes:
-        raise ImageRejected("oversize", f"{len(body):,} bytes is over the upload limit of "
-                                        f"{settings.max_upload_bytes:,}")
+        raise ImageRejected(
+            "oversize", f"{len(body):,} bytes is over the upload limit of {settings.max_upload_bytes:,}"
+        )
     body_hash = md5_hex(body)
     with conn.transaction():
         rows = conn.execute(statements.load("images/touch_images_by_body"), {"body_hash": body_hash}).fetchall()
@@ -118,10 +131,14 @@ def pre_upload(conn: psycopg.Connection, s3, settings: ImageSettings, body: byte
             if not any(offer_id is None and iid == image_id for _, iid, offer_id in rows):
                 insert_image_rows(conn, [(image_id, None, None, body_hash, 0)], require_existing=True)
             return image_id
-    return store_new_image(conn, s3, settings, body,
-                           lambda c, image_id: insert_image_rows(c, [(image_id, None, None, body_hash, 0)],
-                                                                 require_existing=False),
-                           run_id="pre-upload")
+    return store_new_image(
+        conn,
+        s3,
+        settings,
+        body,
+        lambda c, image_id: insert_image_rows(c, [(image_id, None, None, body_hash, 0)], require_existing=False),
+        run_id="pre-upload",
+    )
 
 
 class UnknownImage(LookupError):
@@ -137,8 +154,9 @@ def attach_images(conn: psycopg.Connection, offer_id: int, image_ids: list[str])
     """
     with conn.transaction():
         lock_stripes(conn, IMAGE_LOCK_CLASS, image_ids, exclusive=False)
-        rows = conn.execute(statements.load("images/select_offer_images"),
-                            {"offer_id": offer_id, "image_ids": image_ids}).fetchall()
+        rows = conn.execute(
+            statements.load("images/select_offer_images"), {"offer_id": offer_id, "image_ids": image_ids}
+        ).fetchall()
         by_image: dict[str, list[tuple]] = {}
         for row in rows:
             by_image.setdefault(row[1], []).append(row)
@@ -160,11 +178,11 @@ def attach_images(conn: psycopg.Connection, offer_id: int, image_ids: list[str])
                 inserts.append((image_id, offer_id, candidates[0][3], candidates[0][4], num))
         if binds:
             ids, offers, nums, rebind = (list(c) for c in zip(*binds, strict=True))
-            conn.execute(queries.load("images/update_image_bindings"),
-                         {"ids": ids, "offer_ids": offers, "nums": nums, "rebind": rebind})
+            conn.execute(
+                queries.load("images/update_image_bindings"),
+                {"ids": ids, "offer_ids": offers, "nums": nums, "rebind": rebind},
+            )
         insert_image_rows(conn, inserts, require_existing=True)
         stale = [r[0] for r in rows if r[2] == offer_id and r[0] not in kept]
         if stale:
             conn.execute(statements.load("images/unbind_images"), {"ids": stale})
-
-

@@ -11,6 +11,7 @@ check after taking it that it is still current; blobgc_generations collects a ge
 alone. `add_reference` (a second owner of an existing blob, such as a copied mail) takes the same
 lock on the blob's own generation, whatever its age, and fails if the blob is gone.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,10 @@ def lock_current_generation(conn: psycopg.Connection) -> int:
     """
     current, isolation = conn.execute(queries.load("generations/select_current_generation")).fetchone()
     if isolation != "read committed":
-        raise WrongIsolation(f"blob writers must run at READ COMMITTED, not {isolation}: the generation "
-                              "check after the lock must see generations opened meanwhile")
+        raise WrongIsolation(
+            f"blob writers must run at READ COMMITTED, not {isolation}: the generation "
+            "check after the lock must see generations opened meanwhile"
+        )
     if current is None:
         conn.execute(statements.load("generations/insert_first_generation"))
         current = 1
@@ -71,13 +74,19 @@ def store_blob(conn: psycopg.Connection, s3, *, bucket: str, owner_id: str, cont
     with conn.transaction():
         generation = lock_current_generation(conn)
         blob_id = mail_blob_id(digest, generation)
-        created = conn.execute(statements.load("generations/insert_blob"),
-                               {"blob_id": blob_id, "generation": generation, "size_bytes": len(content)}
-                               ).fetchone() is not None
+        created = (
+            conn.execute(
+                statements.load("generations/insert_blob"),
+                {"blob_id": blob_id, "generation": generation, "size_bytes": len(content)},
+            ).fetchone()
+            is not None
+        )
         if created:
             s3.put_object(Bucket=bucket, Key=mail_key(blob_id), Body=content)
-        conn.execute(statements.load("generations/insert_reference"),
-                     {"owner_id": owner_id, "blob_id": blob_id, "generation": generation})
+        conn.execute(
+            statements.load("generations/insert_reference"),
+            {"owner_id": owner_id, "blob_id": blob_id, "generation": generation},
+        )
     return StoredBlob(blob_id, generation, created)
 
 
@@ -98,13 +107,19 @@ def add_reference(conn: psycopg.Connection, *, owner_id: str, blob_id: str) -> i
         row = conn.execute(statements.load("generations/lock_blob"), {"blob_id": blob_id}).fetchone()
         if row is None:
             raise BlobGone(blob_id)
-        conn.execute(statements.load("generations/insert_reference"),
-                     {"owner_id": owner_id, "blob_id": blob_id, "generation": row[0]})
+        conn.execute(
+            statements.load("generations/insert_reference"),
+            {"owner_id": owner_id, "blob_id": blob_id, "generation": row[0]},
+        )
     return row[0]
 
 
 def delete_reference(conn: psycopg.Connection, *, owner_id: str, blob_id: str) -> bool:
     """The application deleting a reference; the trigger records the deletion in the same transaction."""
     with conn.transaction():
-        return conn.execute(statements.load("generations/delete_reference"),
-                            {"owner_id": owner_id, "blob_id": blob_id}).rowcount > 0
+        return (
+            conn.execute(
+                statements.load("generations/delete_reference"), {"owner_id": owner_id, "blob_id": blob_id}
+            ).rowcount
+            > 0
+        )

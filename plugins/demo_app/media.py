@@ -32,6 +32,7 @@ Thumbnail jobs go through `blobgc.core.thumbnail_jobs` (deduplicated); key layou
 `blobgc.core.keys`. HEIC masters are decoded with pillow-heif, behind the same sniffing and pixel
 budget as the other formats.
 """
+
 from __future__ import annotations
 
 import io
@@ -42,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -77,8 +78,7 @@ PROFILE_LOCK = "media-profile-lock"  # "{PROFILE_LOCK}:{bucket}/{user}/{slot}": 
 PROFILE_LOCK_SECONDS = 60.0  # the lock's expiry: far above a finalize's copy, listing and delete
 PROFILE_LOCK_WAIT_SECONDS = 10.0  # how long a finalize waits for another one of the same slot
 PRESIGN_SECONDS = MEDIA_PRESIGN_SECONDS
-EXTENSIONS = {"jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp",
-              "heic": "image/heic"}
+EXTENSIONS = {"jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp", "heic": "image/heic"}
 FORMAT_EXTENSION = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "HEIC": "heic"}
 HEIC_BRANDS = {b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1"}
 
@@ -95,13 +95,16 @@ class MediaError(ValueError):
 def check_user(user: str) -> str:
     """Refuse a malformed user id, and the reserved ids that name the staging areas."""
     if not isinstance(user, str) or not USER_ID.fullmatch(user):
-        raise MediaError("bad_key", f"not a user id: {user!r} (a user id is 1 to 64 characters of 0-9, A-Z, a-z, "
-                                    "'_' and '-')")
+        raise MediaError(
+            "bad_key", f"not a user id: {user!r} (a user id is 1 to 64 characters of 0-9, A-Z, a-z, '_' and '-')"
+        )
     if user.lower() in RESERVED_USER_IDS:
-        raise MediaError("reserved_user", f"user id {user!r} is reserved: {', '.join(sorted(RESERVED_USER_IDS))} "
-                                          "name the staging areas, where a user's masters would be cleaned away")
+        raise MediaError(
+            "reserved_user",
+            f"user id {user!r} is reserved: {', '.join(sorted(RESERVED_USER_IDS))} "
+            "name the staging areas, where a user's masters would be cleaned away",
+        )
     return user
-
 
 
 def user_key(user: str, key: str, *, profiles: bool = False) -> str:
@@ -116,7 +119,6 @@ def user_key(user: str, key: str, *, profiles: bool = False) -> str:
     if match is None or match["user"] != user:
         raise MediaError("bad_key", f"{key!r} is not one of user {user}'s masters or thumbnails")
     return full
-
 
 
 # --------------------------------------------------------------------------------------------- formats
@@ -149,7 +151,7 @@ def prefix_bytes(s3, bucket: str, prefix: str) -> tuple[int, int]:
 def monthly_quota(s3, settings: MediaSettings, user: str, yyyymm: int | None = None) -> dict:
     """Masters plus thumbnails of `user` in a month (default: this one), with the limits, for the UI."""
     check_user(user)
-    yyyymm = yyyymm or month_of(datetime.now(timezone.utc))
+    yyyymm = yyyymm or month_of(datetime.now(UTC))
     try:
         rev = rev_month(yyyymm)
     except KeyLayoutError as error:
@@ -157,18 +159,29 @@ def monthly_quota(s3, settings: MediaSettings, user: str, yyyymm: int | None = N
     masters = prefix_bytes(s3, settings.images_bucket, f"{user}/masters/{rev}/")
     thumbs = prefix_bytes(s3, settings.images_bucket, f"{user}/thumbs/{rev}/")
     used = masters[1] + thumbs[1]
-    return {"user": user, "yyyymm": yyyymm, "masters": masters[0], "masters_bytes": masters[1],
-            "thumbs": thumbs[0], "thumbs_bytes": thumbs[1], "used_bytes": used,
-            "monthly_limit_bytes": settings.monthly_limit_bytes, "file_limit_bytes": settings.file_limit_bytes,
-            "remaining_bytes": max(0, settings.monthly_limit_bytes - used)}
+    return {
+        "user": user,
+        "yyyymm": yyyymm,
+        "masters": masters[0],
+        "masters_bytes": masters[1],
+        "thumbs": thumbs[0],
+        "thumbs_bytes": thumbs[1],
+        "used_bytes": used,
+        "monthly_limit_bytes": settings.monthly_limit_bytes,
+        "file_limit_bytes": settings.file_limit_bytes,
+        "remaining_bytes": max(0, settings.monthly_limit_bytes - used),
+    }
 
 
 def check_quota(s3, settings: MediaSettings, user: str, size: int, when: datetime) -> None:
     quota = monthly_quota(s3, settings, user, month_of(when))
     if quota["used_bytes"] + size > settings.monthly_limit_bytes:
-        raise MediaError("quota_exceeded", f"user {user} has used {quota['used_bytes']:,} of "
-                                           f"{settings.monthly_limit_bytes:,} bytes this month; {size:,} more "
-                                           "would exceed the monthly quota")
+        raise MediaError(
+            "quota_exceeded",
+            f"user {user} has used {quota['used_bytes']:,} of "
+            f"{settings.monthly_limit_bytes:,} bytes this month; {size:,} more "
+            "would exceed the monthly quota",
+        )
 
 
 def check_size(size: int, limit: int) -> None:
@@ -181,26 +194,38 @@ def check_size(size: int, limit: int) -> None:
 # ------------------------------------------------------------------------------------------ presigning
 def presigned_post(s3, bucket: str, key: str, prefix: str, mime: str, limit: int) -> dict:
     post = s3.generate_presigned_post(
-        Bucket=bucket, Key=key, Fields={"Content-Type": mime},
+        Bucket=bucket,
+        Key=key,
+        Fields={"Content-Type": mime},
         Conditions=[["content-length-range", 1, limit], ["starts-with", "$key", prefix], {"Content-Type": mime}],
-        ExpiresIn=PRESIGN_SECONDS)
+        ExpiresIn=PRESIGN_SECONDS,
+    )
     return {"url": post["url"], "fields": post["fields"], "key": key, "expires_in": PRESIGN_SECONDS}
 
 
-def presign_upload(s3, settings: MediaSettings, user: str, filename: str, size_bytes: int, *,
-                   now: datetime | None = None) -> dict:
+def presign_upload(
+    s3, settings: MediaSettings, user: str, filename: str, size_bytes: int, *, now: datetime | None = None
+) -> dict:
     """A presigned POST for one image into the user's staging area, after the size, type and quota checks."""
     check_user(user)
     ext = extension_of(filename)
     check_size(size_bytes, settings.file_limit_bytes)
-    check_quota(s3, settings, user, size_bytes, now or datetime.now(timezone.utc))
+    check_quota(s3, settings, user, size_bytes, now or datetime.now(UTC))
     key = f"staging/{user}/{uuid.uuid4()}.{ext}"
-    return presigned_post(s3, settings.images_bucket, key, f"staging/{user}/", EXTENSIONS[ext],
-                          settings.file_limit_bytes)
+    return presigned_post(
+        s3, settings.images_bucket, key, f"staging/{user}/", EXTENSIONS[ext], settings.file_limit_bytes
+    )
 
 
-def presign_profile_upload(s3, settings: MediaSettings, user: str, slot: str, filename: str, size_bytes: int,
-                           size_limit_bytes: int | None = None) -> dict:
+def presign_profile_upload(
+    s3,
+    settings: MediaSettings,
+    user: str,
+    slot: str,
+    filename: str,
+    size_bytes: int,
+    size_limit_bytes: int | None = None,
+) -> dict:
     """A presigned POST for a profile image (no monthly quota, only the single-file limit)."""
     check_user(user)
     check_slot(settings, slot)
@@ -208,8 +233,7 @@ def presign_profile_upload(s3, settings: MediaSettings, user: str, slot: str, fi
     limit = min(size_limit_bytes or settings.file_limit_bytes, settings.file_limit_bytes)
     check_size(size_bytes, limit)
     key = f"profiles-staging/{user}/{slot}/{uuid.uuid4()}.{ext}"
-    return presigned_post(s3, settings.profiles_bucket, key, f"profiles-staging/{user}/{slot}/", EXTENSIONS[ext],
-                          limit)
+    return presigned_post(s3, settings.profiles_bucket, key, f"profiles-staging/{user}/{slot}/", EXTENSIONS[ext], limit)
 
 
 def check_slot(settings: MediaSettings, slot: str) -> None:
@@ -235,8 +259,9 @@ def read_head(s3, bucket: str, key: str) -> tuple[int, bytes]:
     return head["ContentLength"], first
 
 
-def staged_format(s3, bucket: str, staging_key: str, limit: int,
-                  check: Callable[[int], None] = lambda size: None) -> str:
+def staged_format(
+    s3, bucket: str, staging_key: str, limit: int, check: Callable[[int], None] = lambda size: None
+) -> str:
     """The sniffed format of an uploaded staging object, after its size (and `check`, such as the quota).
     Any refusal deletes the staging object before raising, so no intermediate garbage is left."""
     try:
@@ -245,8 +270,9 @@ def staged_format(s3, bucket: str, staging_key: str, limit: int,
         check(size)
         fmt = sniff(first)
         if fmt is None:
-            raise MediaError("not_an_image", f"{staging_key} is not a JPEG, PNG, WEBP or HEIC image, whatever its "
-                                             "extension says")
+            raise MediaError(
+                "not_an_image", f"{staging_key} is not a JPEG, PNG, WEBP or HEIC image, whatever its extension says"
+            )
     except MediaError as error:
         if error.kind != "not_found":
             s3.delete_object(Bucket=bucket, Key=staging_key)
@@ -255,10 +281,14 @@ def staged_format(s3, bucket: str, staging_key: str, limit: int,
 
 
 def move(s3, bucket: str, source: str, target: str, mime: str) -> None:
-    s3.copy_object(Bucket=bucket, Key=target, CopySource={"Bucket": bucket, "Key": source},
-                   ContentType=mime, MetadataDirective="REPLACE")
+    s3.copy_object(
+        Bucket=bucket,
+        Key=target,
+        CopySource={"Bucket": bucket, "Key": source},
+        ContentType=mime,
+        MetadataDirective="REPLACE",
+    )
     s3.delete_object(Bucket=bucket, Key=source)
-
 
 
 def push_job(redis, kind: str, bucket: str, key: str) -> None:
@@ -278,8 +308,15 @@ return 0
 
 
 @contextmanager
-def profile_slot_lock(redis, bucket: str, user: str, slot: str, *, expires: float = PROFILE_LOCK_SECONDS,
-                      wait: float = PROFILE_LOCK_WAIT_SECONDS) -> Iterator[Callable[[], bool]]:
+def profile_slot_lock(
+    redis,
+    bucket: str,
+    user: str,
+    slot: str,
+    *,
+    expires: float = PROFILE_LOCK_SECONDS,
+    wait: float = PROFILE_LOCK_WAIT_SECONDS,
+) -> Iterator[Callable[[], bool]]:
     """Hold the Redis lock of one profile slot; yields a check that the lock is still ours.
 
     SET NX with a random token and an expiry: a caller that dies never blocks the slot for more than
@@ -299,8 +336,7 @@ def profile_slot_lock(redis, bucket: str, user: str, slot: str, *, expires: floa
         redis.eval(RELEASE_LOCK_SCRIPT, 1, name, token)
 
 
-def finalize(s3, redis, settings: MediaSettings, user: str, staging_key: str, *,
-             now: datetime | None = None) -> str:
+def finalize(s3, redis, settings: MediaSettings, user: str, staging_key: str, *, now: datetime | None = None) -> str:
     """Move an uploaded image from staging to masters and queue its thumbnails; returns the master key.
 
     Refused (MediaError) when the key is not the user's staging key (nothing is touched then), when
@@ -312,9 +348,10 @@ def finalize(s3, redis, settings: MediaSettings, user: str, staging_key: str, *,
     if staged is None or staged["user"] != user:
         raise MediaError("bad_key", f"{staging_key!r} is not in user {user}'s staging area")
     bucket = settings.images_bucket
-    now = now or datetime.now(timezone.utc)
-    fmt = staged_format(s3, bucket, staging_key, settings.file_limit_bytes,
-                        lambda size: check_quota(s3, settings, user, size, now))
+    now = now or datetime.now(UTC)
+    fmt = staged_format(
+        s3, bucket, staging_key, settings.file_limit_bytes, lambda size: check_quota(s3, settings, user, size, now)
+    )
     ext = FORMAT_EXTENSION[fmt]  # the bytes decide, not the name
     target = master_key(user, now, ext)
     move(s3, bucket, staging_key, target, EXTENSIONS[ext])
@@ -322,8 +359,9 @@ def finalize(s3, redis, settings: MediaSettings, user: str, staging_key: str, *,
     return target
 
 
-def finalize_profile(s3, redis, settings: MediaSettings, user: str, slot: str, staging_key: str,
-                     size_limit_bytes: int | None = None) -> str:
+def finalize_profile(
+    s3, redis, settings: MediaSettings, user: str, slot: str, staging_key: str, size_limit_bytes: int | None = None
+) -> str:
     """Move an uploaded profile image to `{user}/masters/{slot}.{ext}` (replacing the slot's previous
     master, whatever its extension) and queue its icons; returns the master key.
 
@@ -343,21 +381,32 @@ def finalize_profile(s3, redis, settings: MediaSettings, user: str, slot: str, s
     if staged is None or staged["user"] != user or staged["slot"] != slot:
         raise MediaError("bad_key", f"{staging_key!r} is not in user {user}'s staging area for {slot}")
     bucket = settings.profiles_bucket
-    fmt = staged_format(s3, bucket, staging_key,
-                        min(size_limit_bytes or settings.file_limit_bytes, settings.file_limit_bytes))
+    fmt = staged_format(
+        s3, bucket, staging_key, min(size_limit_bytes or settings.file_limit_bytes, settings.file_limit_bytes)
+    )
     target = f"{user}/masters/{slot}.{FORMAT_EXTENSION[fmt]}"
     with profile_slot_lock(redis, bucket, user, slot) as still_ours:
         move(s3, bucket, staging_key, target, EXTENSIONS[FORMAT_EXTENSION[fmt]])
-        stale = [k for k in list_keys(s3, bucket, f"{user}/masters/{slot}.")
-                 if k != target and PROFILE_MASTER.fullmatch(k)]
+        stale = [
+            k for k in list_keys(s3, bucket, f"{user}/masters/{slot}.") if k != target and PROFILE_MASTER.fullmatch(k)
+        ]
         if stale and still_ours():
             outcome = delete_objects_in_batches(s3, bucket, stale)
             if outcome.failed:
-                log.warning("could not delete %s's previous %s masters %s: the next upload will",
-                            user, slot, sorted(outcome.failed))
+                log.warning(
+                    "could not delete %s's previous %s masters %s: the next upload will",
+                    user,
+                    slot,
+                    sorted(outcome.failed),
+                )
         elif stale:
-            log.warning("the %s lock of user %s expired during finalize: previous masters %s are kept for the "
-                        "next upload to remove", slot, user, stale)
+            log.warning(
+                "the %s lock of user %s expired during finalize: previous masters %s are kept for the "
+                "next upload to remove",
+                slot,
+                user,
+                stale,
+            )
     push_job(redis, "icon", bucket, target)
     return target
 
@@ -371,14 +420,17 @@ def list_images(s3, settings: MediaSettings, user: str, offset: int = 0, limit: 
     found: list[dict] = []
     seen = 0
     paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=settings.images_bucket, Prefix=f"{user}/masters/",
-                                   PaginationConfig={"PageSize": min(1000, offset + limit)}):
+    for page in paginator.paginate(
+        Bucket=settings.images_bucket,
+        Prefix=f"{user}/masters/",
+        PaginationConfig={"PageSize": min(1000, offset + limit)},
+    ):
         for o in page.get("Contents", []):
             if not MASTER.fullmatch(o["Key"]):
                 continue
             seen += 1
             if seen > offset:
-                found.append({"key": o["Key"][len(user) + 1:], "size": o["Size"], "last_modified": o["LastModified"]})
+                found.append({"key": o["Key"][len(user) + 1 :], "size": o["Size"], "last_modified": o["LastModified"]})
                 if len(found) == limit:
                     return found
     return found
@@ -411,8 +463,11 @@ def get_profile_image(s3, settings: MediaSettings, user: str, slot: str) -> tupl
     """(key, bytes) of the user's current master for a profile slot."""
     check_user(user)
     check_slot(settings, slot)
-    masters = [(o["LastModified"], o["Key"]) for o in listing(s3, settings.profiles_bucket, f"{user}/masters/{slot}.")
-               if PROFILE_MASTER.fullmatch(o["Key"])]
+    masters = [
+        (o["LastModified"], o["Key"])
+        for o in listing(s3, settings.profiles_bucket, f"{user}/masters/{slot}.")
+        if PROFILE_MASTER.fullmatch(o["Key"])
+    ]
     if not masters:
         raise MediaError("not_found", f"user {user} has no {slot}")
     key = max(masters)[1]  # the newest, should an interrupted finalize have left two
@@ -428,7 +483,6 @@ def delete_profile_image(s3, settings: MediaSettings, user: str, slot: str) -> l
     if keys:
         delete_objects_in_batches(s3, bucket, keys)
     return keys
-
 
 
 # ---------------------------------------------------------------------------------------- thumbnails
@@ -479,4 +533,3 @@ def render_thumbnails(data: bytes, sizes: tuple[tuple[int, int], ...]) -> dict[t
         image.save(buffer, "WEBP", quality=80, method=4)
         out[(w, h)] = buffer.getvalue()
     return out
-

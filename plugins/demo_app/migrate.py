@@ -7,6 +7,7 @@ blobgc's runner with a record table (app.schema_migration) and advisory lock of 
 Before the split, blobgc's migrations 0001_app_schema .. 0008_safety created these tables too. On a database
 migrated then, the migrations below that came out of them are recorded without running (see legacy_versions).
 """
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ Identical content is stored once, as `pastes/{content_hash}` (`blobgc.core.keys.
 `app.content.ref_count` counts the pastes that point at it. blobgc_paste_expiry deletes expired
 pastes and the contents they leave unused.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,13 +59,15 @@ def create_paste(
     digest = content_hash(content)
     short_code = short_code or new_short_code()
     with conn.transaction():
-        (inserted,) = conn.execute(statements.load("pastes/upsert_content"),
-                                   {"content_hash": digest, "size_bytes": len(content)}).fetchone()
+        (inserted,) = conn.execute(
+            statements.load("pastes/upsert_content"), {"content_hash": digest, "size_bytes": len(content)}
+        ).fetchone()
         if inserted:
             s3.put_object(Bucket=bucket, Key=content_key(digest), Body=content, ContentType="text/plain")
-        conn.execute(statements.load("pastes/insert_paste"),
-                     {"short_code": short_code, "content_hash": digest, "expires_at": expires_at})
+        conn.execute(
+            statements.load("pastes/insert_paste"),
+            {"short_code": short_code, "content_hash": digest, "expires_at": expires_at},
+        )
     if redis is not None:
-        redis.set(f"{redis_prefix}{short_code}", content,
-                  ex=int(cache_ttl.total_seconds()) if cache_ttl else None)
+        redis.set(f"{redis_prefix}{short_code}", content, ex=int(cache_ttl.total_seconds()) if cache_ttl else None)
     return Paste(short_code, digest, expires_at, bool(inserted))

@@ -1,4 +1,5 @@
 """The demo application's own SQL statements, shipped beside it in demo_app/sql/ (blobgc's are in blobgc/sql/)."""
+
 from __future__ import annotations
 
 from blobgc.core import queries

@@ -7,26 +7,29 @@
 and clips reference assets (ON DELETE CASCADE from their project). The schema is the demo app's own
 migration (plugins/demo_app/migrations).
 """
+
 from __future__ import annotations
 
 import hashlib
 
 import psycopg
-from demo_app import statements
 
+from demo_app import statements
 
 ASSET_KEY = "studio/{checksum}.{kind}"
 PREVIEW_KEY = "studio-previews/{id}.jpg"
 
 
-def upload_asset(conn: psycopg.Connection, s3, bucket: str, data: bytes, *, kind: str, preview: bytes | None = None
-                 ) -> str:
+def upload_asset(
+    conn: psycopg.Connection, s3, bucket: str, data: bytes, *, kind: str, preview: bytes | None = None
+) -> str:
     """Store the asset's content object (once per distinct content) and its preview, then insert its row."""
     checksum = hashlib.sha256(data).hexdigest()
     s3.put_object(Bucket=bucket, Key=ASSET_KEY.format(checksum=checksum, kind=kind), Body=data)
     with conn.transaction():
-        asset_id = conn.execute(statements.load("demo/insert_studio_asset"),
-                                {"checksum": checksum, "kind": kind, "bytes": len(data)}).fetchone()[0]
+        asset_id = conn.execute(
+            statements.load("demo/insert_studio_asset"), {"checksum": checksum, "kind": kind, "bytes": len(data)}
+        ).fetchone()[0]
     if preview is not None:
         s3.put_object(Bucket=bucket, Key=PREVIEW_KEY.format(id=asset_id), Body=preview)
     return str(asset_id)

@@ -16,6 +16,7 @@ and upload, owed first: `blobgc.core.uploads`). A URL either refuses (`blobgc.co
 is recorded as failed with its reason, never raised. Writers that reuse an image id hold its stripe
 shared (`blobgc.core.locks`), so the cleaner never deletes files under a new row.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -89,8 +90,9 @@ def apply_cached(
     outcomes: dict[int, CrawlOutcome] = {}
     with conn.transaction():
         lock_stripes(conn, URL_LOCK_CLASS, [i.url_hash for i in items], exclusive=False)
-        rows = conn.execute(queries.load("images/select_cached_images"),
-                            {"url_hashes": sorted({i.url_hash for i in items})}).fetchall()
+        rows = conn.execute(
+            queries.load("images/select_cached_images"), {"url_hashes": sorted({i.url_hash for i in items})}
+        ).fetchall()
         offers = {i.offer_id for i in items}
         state: dict[str, list[list]] = {}
         for row_id, image_id, offer_id, url_hash, body_hash, last_update in rows:
@@ -123,18 +125,32 @@ def apply_cached(
                 binds.append((item, unbound[0][0], True))
                 outcomes[item.item_no] = CrawlOutcome("rebound", unbound[0][1])
         if binds:
-            changed = {r[0] for r in conn.execute(queries.load("images/update_image_bindings"), {
-                "ids": [b[1] for b in binds], "offer_ids": [b[0].offer_id for b in binds],
-                "nums": [b[0].num for b in binds], "rebind": [b[2] for b in binds],
-            })}
+            changed = {
+                r[0]
+                for r in conn.execute(
+                    queries.load("images/update_image_bindings"),
+                    {
+                        "ids": [b[1] for b in binds],
+                        "offer_ids": [b[0].offer_id for b in binds],
+                        "nums": [b[0].num for b in binds],
+                        "rebind": [b[2] for b in binds],
+                    },
+                )
+            }
             for item, row_id, _ in binds:
                 if row_id not in changed:  # rebound or deleted by someone else meanwhile: start over
                     outcomes.pop(item.item_no, None)
                     misses.append(item)
         if inserts:
             lock_stripes(conn, IMAGE_LOCK_CLASS, [image_id for _, image_id, _ in inserts], exclusive=False)
-            done = insert_image_rows(conn, [(image_id, item.offer_id, item.url_hash, body_hash, item.num)
-                                            for item, image_id, body_hash in inserts], require_existing=True)
+            done = insert_image_rows(
+                conn,
+                [
+                    (image_id, item.offer_id, item.url_hash, body_hash, item.num)
+                    for item, image_id, body_hash in inserts
+                ],
+                require_existing=True,
+            )
             done_keys = Counter((image_id, offer_id) for _, image_id, offer_id in done)
             for item, image_id, _ in inserts:
                 if done_keys[(image_id, item.offer_id)]:
@@ -149,8 +165,12 @@ def drop_items_of_deleted_offers(
     conn: psycopg.Connection, items: list[CrawlItem], outcomes: dict[int, CrawlOutcome]
 ) -> list[CrawlItem]:
     """The items whose offer still exists; the others are recorded as failed."""
-    existing = {r[0] for r in conn.execute(queries.load("crawler/select_existing_offers"),
-                                           {"ids": sorted({i.offer_id for i in items})})}
+    existing = {
+        r[0]
+        for r in conn.execute(
+            queries.load("crawler/select_existing_offers"), {"ids": sorted({i.offer_id for i in items})}
+        )
+    }
     for item in items:
         if item.offer_id not in existing:
             outcomes[item.item_no] = CrawlOutcome("failed", error=f"offer_gone: offer {item.offer_id} does not exist")
@@ -182,9 +202,16 @@ def retry_on_conflict(
             if attempt == attempts - 1:
                 log.error("%s: %s, %d times; giving up", what, type(error).__name__, attempts)
                 raise
-            delay = random.uniform(0, backoff * 2 ** attempt)
-            log.warning("%s: %s (%s); retry %d of %d in %.3fs", what, type(error).__name__,
-                        str(error).splitlines()[0], attempt + 1, attempts - 1, delay)
+            delay = random.uniform(0, backoff * 2**attempt)
+            log.warning(
+                "%s: %s (%s); retry %d of %d in %.3fs",
+                what,
+                type(error).__name__,
+                str(error).splitlines()[0],
+                attempt + 1,
+                attempts - 1,
+                delay,
+            )
             sleep(delay)
     raise AssertionError("unreachable")
 
@@ -233,14 +260,18 @@ def crawl(
         group = list(group_iter)
         bodies: dict[str, bytes] = {}  # the URL's body, downloaded once however often its group is retried
         done, retries = retry_on_conflict(
-            conn, lambda g=group, b=bodies: crawl_url_group(conn, g, fetch=fetch, store=store, seen_since=seen_since,
-                                                            bodies=b),
-            what=f"crawl of {group[0].url}")
+            conn,
+            lambda g=group, b=bodies: crawl_url_group(
+                conn, g, fetch=fetch, store=store, seen_since=seen_since, bodies=b
+            ),
+            what=f"crawl of {group[0].url}",
+        )
         outcomes.retries += retries
         outcomes.update(done)
     counts = Counter(o.outcome for o in outcomes.values())
-    log.info("crawled %d URLs: %s; %d transactions retried after a deadlock", len(items), dict(counts),
-             outcomes.retries)
+    log.info(
+        "crawled %d URLs: %s; %d transactions retried after a deadlock", len(items), dict(counts), outcomes.retries
+    )
     return outcomes
 
 
@@ -267,8 +298,13 @@ def crawl_url_group(
                 bodies[url_hash] = fetch(remaining[0].url)
             body = bodies[url_hash]
             body_hash = md5_hex(body)
-            image_id = store(conn, body, lambda c, new_id: insert_image_rows(
-                c, [(new_id, i.offer_id, i.url_hash, body_hash, i.num) for i in remaining], require_existing=False))
+            image_id = store(
+                conn,
+                body,
+                lambda c, new_id: insert_image_rows(
+                    c, [(new_id, i.offer_id, i.url_hash, body_hash, i.num) for i in remaining], require_existing=False
+                ),
+            )
         except Rejected as error:
             log.warning("%s: %s (%s)", remaining[0].url, error.kind, error)
             for item in remaining:
@@ -278,8 +314,9 @@ def crawl_url_group(
             # an offer was deleted while its photo was fetched: the files stay owed (the upload
             # intent) and the cleaner deletes them; the URL is recorded as failed for every offer
             for item in remaining:
-                outcomes[item.item_no] = CrawlOutcome("failed", error="offer_gone: an offer was deleted "
-                                                                      "while its photo was fetched")
+                outcomes[item.item_no] = CrawlOutcome(
+                    "failed", error="offer_gone: an offer was deleted while its photo was fetched"
+                )
             return outcomes
     outcomes[remaining[0].item_no] = CrawlOutcome("new", image_id)
     for item in remaining[1:]:
@@ -329,7 +366,9 @@ def claim_pending_requests(conn: psycopg.Connection, run_id: str, limit: int = 1
         return [CrawlRequest(offer_id, tuple(urls), request_id) for request_id, offer_id, urls in rows]
 
 
-def stage_items(conn: psycopg.Connection, run_id: str, requests: Iterable[CrawlRequest], urls_per_batch: int) -> list[int]:
+def stage_items(
+    conn: psycopg.Connection, run_id: str, requests: Iterable[CrawlRequest], urls_per_batch: int
+) -> list[int]:
     """Stage the run's items once (a retry finds them) and return the batches with work left.
 
     An offer's URLs are numbered from 1 in order (`num`); a URL repeated for one offer counts once.
@@ -338,8 +377,12 @@ def stage_items(conn: psycopg.Connection, run_id: str, requests: Iterable[CrawlR
     with conn.transaction():
         if conn.execute(queries.load("crawler/count_staged_items"), {"run_id": run_id}).fetchone()[0] == 0:
             requests = list(requests)
-            existing = {r[0] for r in conn.execute(queries.load("crawler/select_existing_offers"),
-                                                  {"ids": sorted({r.offer_id for r in requests})})}
+            existing = {
+                r[0]
+                for r in conn.execute(
+                    queries.load("crawler/select_existing_offers"), {"ids": sorted({r.offer_id for r in requests})}
+                )
+            }
             items: list[tuple] = []
             seen: set[tuple[int, str]] = set()
             for request in requests:
@@ -349,9 +392,17 @@ def stage_items(conn: psycopg.Connection, run_id: str, requests: Iterable[CrawlR
                         continue
                     seen.add((request.offer_id, url_hash))
                     missing = request.offer_id not in existing
-                    items.append((request.request_id, request.offer_id, url, url_hash, min(num, 32767),
-                                  "failed" if missing else None,
-                                  f"offer {request.offer_id} does not exist" if missing else None))
+                    items.append(
+                        (
+                            request.request_id,
+                            request.offer_id,
+                            url,
+                            url_hash,
+                            min(num, 32767),
+                            "failed" if missing else None,
+                            f"offer {request.offer_id} does not exist" if missing else None,
+                        )
+                    )
             # batches of about urls_per_batch items; all the items of one URL hash in the same batch
             items.sort(key=lambda item: item[3])
             batch_nos, batch, size, previous = [], 0, 0, None
@@ -362,14 +413,24 @@ def stage_items(conn: psycopg.Connection, run_id: str, requests: Iterable[CrawlR
                 size += 1
                 previous = item[3]
             columns = list(zip(*items, strict=True)) if items else [[]] * 7
-            conn.execute(queries.load("crawler/insert_crawl_items"), {
-                "run_id": run_id, "item_nos": list(range(len(items))), "batch_nos": batch_nos,
-                "request_ids": list(columns[0]), "offer_ids": list(columns[1]), "urls": list(columns[2]),
-                "url_hashes": list(columns[3]), "nums": list(columns[4]), "outcomes": list(columns[5]),
-                "errors": list(columns[6]),
-            })
-            log.info("staged %d URLs of %d requests in %d batches", len(items), len(requests),
-                     (batch + 1) if items else 0)
+            conn.execute(
+                queries.load("crawler/insert_crawl_items"),
+                {
+                    "run_id": run_id,
+                    "item_nos": list(range(len(items))),
+                    "batch_nos": batch_nos,
+                    "request_ids": list(columns[0]),
+                    "offer_ids": list(columns[1]),
+                    "urls": list(columns[2]),
+                    "url_hashes": list(columns[3]),
+                    "nums": list(columns[4]),
+                    "outcomes": list(columns[5]),
+                    "errors": list(columns[6]),
+                },
+            )
+            log.info(
+                "staged %d URLs of %d requests in %d batches", len(items), len(requests), (batch + 1) if items else 0
+            )
         return [r[0] for r in conn.execute(queries.load("crawler/select_staged_batches"), {"run_id": run_id})]
 
 
@@ -381,10 +442,16 @@ def batch_items(conn: psycopg.Connection, run_id: str, batch_no: int) -> list[Cr
 def record_outcomes(conn: psycopg.Connection, run_id: str, outcomes: dict[int, CrawlOutcome]) -> None:
     nos = sorted(outcomes)
     with conn.transaction():
-        conn.execute(queries.load("crawler/record_crawl_outcomes"), {
-            "run_id": run_id, "item_nos": nos, "outcomes": [outcomes[n].outcome for n in nos],
-            "image_ids": [outcomes[n].image_id for n in nos], "errors": [outcomes[n].error for n in nos],
-        })
+        conn.execute(
+            queries.load("crawler/record_crawl_outcomes"),
+            {
+                "run_id": run_id,
+                "item_nos": nos,
+                "outcomes": [outcomes[n].outcome for n in nos],
+                "image_ids": [outcomes[n].image_id for n in nos],
+                "errors": [outcomes[n].error for n in nos],
+            },
+        )
 
 
 def finish_crawl(conn: psycopg.Connection, run: RunRef) -> dict[str, object]:

@@ -32,6 +32,7 @@ Param. Entries are the blob ids prefixed with a random salt per attempt and hash
 keyed SipHash, which keeps adding at millions a second (a hash function written in Python cost
 20x that); nothing is persisted, so the hash need not be stable across processes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,11 +45,11 @@ import psycopg
 from psycopg import IsolationLevel
 
 from blobgc.core import queries
+from blobgc.core.gate import let_through
 from blobgc.core.keys import MAIL_BLOBS, mail_key
 from blobgc.core.locks import collecting_generation, hold_generation_alone, hold_generation_opening
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
-from blobgc.core.gate import let_through
 from blobgc.core.plans import (
     PLAN_MAX_AGE_HOURS,
     add_plan_item,
@@ -110,8 +111,10 @@ def eligible_generations(conn: psycopg.Connection, opened: OpenedGeneration) -> 
     """The generations the run may collect that have pending deletions, oldest first; none when it plans nothing."""
     if not opened.plans:
         return []
-    return [r[0] for r in conn.execute(queries.load("generations/select_eligible_generations"),
-                                       {"up_to": opened.collectable})]
+    return [
+        r[0]
+        for r in conn.execute(queries.load("generations/select_eligible_generations"), {"up_to": opened.collectable})
+    ]
 
 
 # ------------------------------------------------------------------------------------------ collecting
@@ -162,8 +165,9 @@ def build_reference_filter(
     conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
     try:
         with conn.transaction():
-            (capacity,) = conn.execute(queries.load("generations/count_generation_blobs"),
-                                       {"generation": generation}).fetchone()
+            (capacity,) = conn.execute(
+                queries.load("generations/count_generation_blobs"), {"generation": generation}
+            ).fetchone()
             refs = ReferenceFilter.empty(capacity, false_positive_rate, salt)
             # every row will be read: plan for the whole result, not for a cursor's fast first rows
             conn.execute("SET LOCAL cursor_tuple_fraction = 1.0")
@@ -188,9 +192,9 @@ def plan_part(generation: int) -> str:
 def generation_of_part(part: str) -> int:
     """The generation a plan part (`plan_part`) belongs to."""
     prefix = plan_part(0)[:-1]
-    if not part.startswith(prefix) or not part[len(prefix):].isdigit():
+    if not part.startswith(prefix) or not part[len(prefix) :].isdigit():
         raise ValueError(f"{part!r} is not a part of a blobgc_generations plan (expected {prefix!r} and a number)")
-    return int(part[len(prefix):])
+    return int(part[len(prefix) :])
 
 
 @dataclass
@@ -221,16 +225,17 @@ class GenerationExecution(TaskResult):
 
 def check_collectable(generation: int, collectable: int) -> None:
     if generation > collectable:
-        raise GenerationError(f"generation {generation} is too recent to collect: this run may collect "
-                              f"generations up to {collectable} (current - {GENERATION_LAG})")
+        raise GenerationError(
+            f"generation {generation} is too recent to collect: this run may collect "
+            f"generations up to {collectable} (current - {GENERATION_LAG})"
+        )
 
 
 def check_old_enough(conn: psycopg.Connection, generation: int) -> None:
     """Refuse a generation newer than the database's current generation - 2."""
     current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
     if current is None or generation > current - GENERATION_LAG:
-        raise GenerationError(f"generation {generation} is too recent to collect: the current generation "
-                              f"is {current}")
+        raise GenerationError(f"generation {generation} is too recent to collect: the current generation is {current}")
 
 
 def plan_generation(
@@ -269,11 +274,18 @@ def plan_generation(
     with collecting_generation(conn, generation):
         if not run.dry_run:
             check_old_enough(conn, generation)
-        refs = build_reference_filter(conn, generation, false_positive_rate, salt=salt, page_size=scan_page,
-                                      on_page=on_scan_page)
+        refs = build_reference_filter(
+            conn, generation, false_positive_rate, salt=salt, page_size=scan_page, on_page=on_scan_page
+        )
         result.references_scanned, result.filter_bytes = refs.references, refs.size_bytes
-        log.info("generation %d: %d live references in a %d-byte filter (capacity %d, p=%g)", generation,
-                 refs.references, refs.size_bytes, refs.capacity, false_positive_rate)
+        log.info(
+            "generation %d: %d live references in a %d-byte filter (capacity %d, p=%g)",
+            generation,
+            refs.references,
+            refs.size_bytes,
+            refs.capacity,
+            false_positive_rate,
+        )
         ranges = split_candidates(conn, generation, workers if connect is not None else 1)
         if len(ranges) == 1:
             parts = [walk_candidates(conn, run, refs, ranges[0], bucket, batch_size, generation)]
@@ -290,20 +302,43 @@ def plan_generation(
                 setattr(result, name, getattr(result, name) + getattr(walked, name))
     with conn.transaction():
         if run.dry_run:
-            add_counts(conn, run, rows=result.blobs_planned, objects=result.blobs_planned,
-                       bytes_=result.bytes_planned, part=part)
+            add_counts(
+                conn,
+                run,
+                rows=result.blobs_planned,
+                objects=result.blobs_planned,
+                bytes_=result.bytes_planned,
+                part=part,
+            )
         nothing_to_do = run.dry_run or not (result.blobs_planned or result.deletions_planned)
-        conn.execute(queries.load("generations/upsert_planned_collection"), {
-            "dag_id": run.dag_id, "run_id": run.run_id, "generation": generation, "dry_run": run.dry_run,
-            "false_positive_rate": false_positive_rate, "filter_bytes": result.filter_bytes,
-            "references_scanned": result.references_scanned, "kept": result.blobs_kept,
-            "blobs": result.blobs_planned if run.dry_run else 0,
-            "bytes": result.bytes_planned if run.dry_run else 0,
-            "deletions": result.deletions_planned if run.dry_run else 0, "finished": nothing_to_do})
-    log.info("generation %d: %d blobs with deletions; the plan deletes %d (%s) and %d deletions; %d kept "
-             "(referenced, or a false positive left for a later run)%s", generation, result.candidates,
-             result.blobs_planned, human_bytes(result.bytes_planned), result.deletions_planned, result.blobs_kept,
-             " [dry run: nothing changed]" if run.dry_run else "")
+        conn.execute(
+            queries.load("generations/upsert_planned_collection"),
+            {
+                "dag_id": run.dag_id,
+                "run_id": run.run_id,
+                "generation": generation,
+                "dry_run": run.dry_run,
+                "false_positive_rate": false_positive_rate,
+                "filter_bytes": result.filter_bytes,
+                "references_scanned": result.references_scanned,
+                "kept": result.blobs_kept,
+                "blobs": result.blobs_planned if run.dry_run else 0,
+                "bytes": result.bytes_planned if run.dry_run else 0,
+                "deletions": result.deletions_planned if run.dry_run else 0,
+                "finished": nothing_to_do,
+            },
+        )
+    log.info(
+        "generation %d: %d blobs with deletions; the plan deletes %d (%s) and %d deletions; %d kept "
+        "(referenced, or a false positive left for a later run)%s",
+        generation,
+        result.candidates,
+        result.blobs_planned,
+        human_bytes(result.bytes_planned),
+        result.deletions_planned,
+        result.blobs_kept,
+        " [dry run: nothing changed]" if run.dry_run else "",
+    )
     return result
 
 
@@ -314,23 +349,36 @@ def split_candidates(conn: psycopg.Connection, generation: int, parts: int) -> l
     (n,) = conn.execute(queries.load("generations/count_deletions"), {"generation": generation}).fetchone()
     cuts = []
     for k in range(1, parts):
-        row = conn.execute(queries.load("generations/select_deleted_blob_id_at"),
-                           {"generation": generation, "offset": n * k // parts}).fetchone()
+        row = conn.execute(
+            queries.load("generations/select_deleted_blob_id_at"), {"generation": generation, "offset": n * k // parts}
+        ).fetchone()
         if row and (not cuts or row[0] > cuts[-1]):
             cuts.append(row[0])
     edges = ["", *cuts]
     return list(zip(edges, [*cuts, None], strict=True))
 
 
-def walk_candidates(conn: psycopg.Connection, run: RunRef, refs: ReferenceFilter, bounds: tuple[str, str | None],
-                    bucket: str, batch_size: int, generation: int) -> GenerationPlan:
+def walk_candidates(
+    conn: psycopg.Connection,
+    run: RunRef,
+    refs: ReferenceFilter,
+    bounds: tuple[str, str | None],
+    bucket: str,
+    batch_size: int,
+    generation: int,
+) -> GenerationPlan:
     """Walk the blobs with deletions in [lo, hi) in batches: those not in the filter are planned."""
     result = GenerationPlan(generation)
     after, hi = bounds
     first = True
     while True:
-        page = [r[0] for r in conn.execute(queries.load("generations/select_deleted_blob_ids"), {
-            "generation": generation, "after": after, "inclusive": first, "hi": hi, "limit": batch_size})]
+        page = [
+            r[0]
+            for r in conn.execute(
+                queries.load("generations/select_deleted_blob_ids"),
+                {"generation": generation, "after": after, "inclusive": first, "hi": hi, "limit": batch_size},
+            )
+        ]
         if not page:
             return result
         first, after = False, page[-1]
@@ -341,17 +389,27 @@ def walk_candidates(conn: psycopg.Connection, run: RunRef, refs: ReferenceFilter
             plan_batch(conn, run, result, unreferenced, bucket)
 
 
-def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, blob_ids: list[str],
-               bucket: str) -> None:
+def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, blob_ids: list[str], bucket: str) -> None:
     """One plan item: the batch's blobs of the generation (and its row-less blob ids), in one transaction."""
     part = plan_part(result.generation)
     with conn.transaction():
-        ids, sizes, rowless, deletions = conn.execute(queries.load("generations/select_collectable_blobs"), {
-            "blob_ids": blob_ids, "generation": result.generation}).fetchone()
+        ids, sizes, rowless, deletions = conn.execute(
+            queries.load("generations/select_collectable_blobs"),
+            {"blob_ids": blob_ids, "generation": result.generation},
+        ).fetchone()
         keys = [mail_key(b) for b in ids]
         n_bytes = sum(s or 0 for s in sizes)
-        add_plan_item(conn, run, part=part, collection=None, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
-                      row_ids=[*ids, *rowless])
+        add_plan_item(
+            conn,
+            run,
+            part=part,
+            collection=None,
+            source=SOURCE,
+            bucket=bucket,
+            keys=keys,
+            sizes=sizes,
+            row_ids=[*ids, *rowless],
+        )
         if run.dry_run:  # its counts are written once, by plan_generation (parallel walkers would race on them)
             record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
     result.blobs_planned += len(ids)
@@ -382,33 +440,63 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
         rowless = [b for b in row_ids if mail_key(b) not in planned_keys]
         with conn.transaction():
             hold_generation_alone(conn, generation)
-            ids, sizes, cleared_rowless, cleared = conn.execute(queries.load("generations/delete_planned_blobs"), {
-                "blob_ids": with_rows, "rowless_ids": rowless, "generation": generation}).fetchone()
+            ids, sizes, cleared_rowless, cleared = conn.execute(
+                queries.load("generations/delete_planned_blobs"),
+                {"blob_ids": with_rows, "rowless_ids": rowless, "generation": generation},
+            ).fetchone()
             keys = [mail_key(b) for b in ids]
             record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=keys, sizes=sizes, part=part)
             gone = {*ids, *cleared_rowless}
             skipped = [b for b in row_ids if b not in gone]
-            record_outcome(conn, run, item, rows_deleted=len(ids), objects_owed=len(keys), skipped_ids=skipped,
-                           skipped_keys=[mail_key(b) for b in with_rows if b not in gone])
+            record_outcome(
+                conn,
+                run,
+                item,
+                rows_deleted=len(ids),
+                objects_owed=len(keys),
+                skipped_ids=skipped,
+                skipped_keys=[mail_key(b) for b in with_rows if b not in gone],
+            )
             add_counts(conn, run, rows=len(ids))
             n_bytes = sum(s or 0 for s in sizes)
-            conn.execute(queries.load("generations/add_executed_counts"), {
-                **figures, "blobs": len(ids), "bytes": n_bytes, "deletions": cleared, "kept": len(skipped),
-                "finished": False})
+            conn.execute(
+                queries.load("generations/add_executed_counts"),
+                {
+                    **figures,
+                    "blobs": len(ids),
+                    "bytes": n_bytes,
+                    "deletions": cleared,
+                    "kept": len(skipped),
+                    "finished": False,
+                },
+            )
         if skipped:
-            log.info("generation %d: %d planned blobs referenced again since the plan (or gone meanwhile): kept (%s)",
-                     generation, len(skipped), skipped[:5])
+            log.info(
+                "generation %d: %d planned blobs referenced again since the plan (or gone meanwhile): kept (%s)",
+                generation,
+                len(skipped),
+                skipped[:5],
+            )
         result.items += 1
         result.blobs_deleted += len(ids)
         result.bytes_reclaimed += n_bytes
         result.deletions_cleared += cleared
         result.skipped_rereferenced += len(skipped)
     with conn.transaction():
-        conn.execute(queries.load("generations/add_executed_counts"),
-                     {**figures, "blobs": 0, "bytes": 0, "deletions": 0, "kept": 0, "finished": True})
-    log.info("generation %d: %d plan items; deleted %d blobs (%s) and %d deletions, their objects owed; %d planned "
-             "blobs skipped as referenced again", generation, result.items, result.blobs_deleted,
-             human_bytes(result.bytes_reclaimed), result.deletions_cleared, result.skipped_rereferenced)
+        conn.execute(
+            queries.load("generations/add_executed_counts"),
+            {**figures, "blobs": 0, "bytes": 0, "deletions": 0, "kept": 0, "finished": True},
+        )
+    log.info(
+        "generation %d: %d plan items; deleted %d blobs (%s) and %d deletions, their objects owed; %d planned "
+        "blobs skipped as referenced again",
+        generation,
+        result.items,
+        result.blobs_deleted,
+        human_bytes(result.bytes_reclaimed),
+        result.deletions_cleared,
+        result.skipped_rereferenced,
+    )
     return result
 
 
@@ -427,8 +515,9 @@ class CollectResult(TaskResult):
     skipped_rereferenced: int = 0
 
 
-def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list[int], *, approved_by: str,
-                        **planning) -> dict[int, CollectResult]:
+def collect_generations(
+    conn: psycopg.Connection, run: RunRef, generations: list[int], *, approved_by: str, **planning
+) -> dict[int, CollectResult]:
     """Plan `generations`, pass the gate (`blobgc.core.gate.let_through`: past the threshold, approved by
     `approved_by`, on record), then execute that plan, as a run of the DAG does: for callers outside Airflow (the
     bench, tests). The DAG runs the halves as tasks with `blobgc.dag_kit.gate` between them.
@@ -446,29 +535,55 @@ def collect_generations(conn: psycopg.Connection, run: RunRef, generations: list
         if run.dry_run:
             deleted, n_bytes, cleared, skipped = plan.blobs_planned, plan.bytes_planned, plan.deletions_planned, 0
         else:
-            deleted, n_bytes, cleared, skipped = (done.blobs_deleted, done.bytes_reclaimed, done.deletions_cleared,
-                                                  done.skipped_rereferenced)
-        collected[g] = CollectResult(g, plan.references_scanned, plan.filter_bytes, plan.candidates, deleted,
-                                     n_bytes, cleared, plan.blobs_kept + skipped, skipped)
+            deleted, n_bytes, cleared, skipped = (
+                done.blobs_deleted,
+                done.bytes_reclaimed,
+                done.deletions_cleared,
+                done.skipped_rereferenced,
+            )
+        collected[g] = CollectResult(
+            g,
+            plan.references_scanned,
+            plan.filter_bytes,
+            plan.candidates,
+            deleted,
+            n_bytes,
+            cleared,
+            plan.blobs_kept + skipped,
+            skipped,
+        )
     return collected
 
 
-def collect_generation(conn: psycopg.Connection, run: RunRef, *, generation: int, approved_by: str,
-                       **planning) -> CollectResult:
+def collect_generation(
+    conn: psycopg.Connection, run: RunRef, *, generation: int, approved_by: str, **planning
+) -> CollectResult:
     """`collect_generations` of one generation."""
     return collect_generations(conn, run, [generation], approved_by=approved_by, **planning)[generation]
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict:
     """The run's collections, per generation and in total, for its report."""
-    rows = conn.execute(queries.load("generations/summarize_collections"),
-                        {"dag_id": run.dag_id, "run_id": run.run_id}).fetchall()
+    rows = conn.execute(
+        queries.load("generations/summarize_collections"), {"dag_id": run.dag_id, "run_id": run.run_id}
+    ).fetchall()
     per_generation = [
-        {"generation": g, "dry_run": dry, "references_scanned": scanned, "filter_bytes": fbytes,
-         "blobs_deleted": blobs, "bytes_reclaimed": n_bytes, "deletions_cleared": cleared, "blobs_kept": kept,
-         "attempts": attempts, "finished": finished}
+        {
+            "generation": g,
+            "dry_run": dry,
+            "references_scanned": scanned,
+            "filter_bytes": fbytes,
+            "blobs_deleted": blobs,
+            "bytes_reclaimed": n_bytes,
+            "deletions_cleared": cleared,
+            "blobs_kept": kept,
+            "attempts": attempts,
+            "finished": finished,
+        }
         for g, dry, scanned, fbytes, blobs, n_bytes, cleared, kept, attempts, finished in rows
     ]
-    totals = {k: sum(p[k] or 0 for p in per_generation)
-              for k in ("blobs_deleted", "bytes_reclaimed", "deletions_cleared", "blobs_kept")}
+    totals = {
+        k: sum(p[k] or 0 for p in per_generation)
+        for k in ("blobs_deleted", "bytes_reclaimed", "deletions_cleared", "blobs_kept")
+    }
     return {"generations": per_generation, **totals}

@@ -18,6 +18,7 @@ The cleanup plans first, then executes exactly its plan (`blobgc.core.plans`):
   in the item is skipped and recorded (`blobgc.plan_outcome`). The drain's guard re-checks once more
   under the image id's stripe, just before DeleteObjects (`blobgc.core.keys.IMAGE_FILES`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -105,8 +106,10 @@ def plan_unbound_images(
     after = 0
     while True:
         with conn.transaction():
-            rows = conn.execute(queries.load("images/select_unbound_image_batch"),
-                                {"cutoff": cutoff, "after": after, "batch_size": batch_size}).fetchall()
+            rows = conn.execute(
+                queries.load("images/select_unbound_image_batch"),
+                {"cutoff": cutoff, "after": after, "batch_size": batch_size},
+            ).fetchall()
             if not rows:
                 break
             after = rows[-1][0]
@@ -114,8 +117,18 @@ def plan_unbound_images(
             kept = {image_id for _, image_id, files_go in rows if not files_go} - set(going)
             stored = conn.execute(queries.load("images/select_image_files"), {"image_ids": going}).fetchall()
             keys, sizes = files_of(going, stored, size_names)
-            add_plan_item(conn, run, part=PART, collection=None, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
-                          row_ids=[str(row_id) for row_id, _, _ in rows], modified_before=cutoff)
+            add_plan_item(
+                conn,
+                run,
+                part=PART,
+                collection=None,
+                source=SOURCE,
+                bucket=bucket,
+                keys=keys,
+                sizes=sizes,
+                row_ids=[str(row_id) for row_id, _, _ in rows],
+                modified_before=cutoff,
+            )
             batch_bytes = sum(size or 0 for size in sizes)
             if run.dry_run:
                 record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=PART)
@@ -127,14 +140,27 @@ def plan_unbound_images(
         result.bytes_owed += batch_bytes
         result.kept_in_use += len(kept)
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
-        log.info("batch %d: the plan deletes %d unbound rows and the files of %d image ids (%d objects, %s); "
-                 "%d image ids keep their files", result.batches, len(rows), len(going), len(keys),
-                 human_bytes(batch_bytes), len(kept))
+        log.info(
+            "batch %d: the plan deletes %d unbound rows and the files of %d image ids (%d objects, %s); "
+            "%d image ids keep their files",
+            result.batches,
+            len(rows),
+            len(going),
+            len(keys),
+            human_bytes(batch_bytes),
+            len(kept),
+        )
         if len(rows) < batch_size:
             break
-    log.info("%s %d unbound rows and the files of %d image ids (%d objects, %s); sample: %s",
-             "dry run: would delete" if run.dry_run else "planned:", result.rows_deleted, result.images_deleted,
-             result.objects_owed, human_bytes(result.bytes_owed), result.sample_keys[:5])
+    log.info(
+        "%s %d unbound rows and the files of %d image ids (%d objects, %s); sample: %s",
+        "dry run: would delete" if run.dry_run else "planned:",
+        result.rows_deleted,
+        result.images_deleted,
+        result.objects_owed,
+        human_bytes(result.bytes_owed),
+        result.sample_keys[:5],
+    )
     return result
 
 
@@ -163,16 +189,24 @@ def execute_image_plan(conn: psycopg.Connection, run: RunRef, *, cutoff: datetim
         result.skipped_rows += len(item.row_ids or []) - deleted
         result.skipped_objects += len(item.keys) - len(keys)
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
-    log.info("%d plan items: deleted %d unbound rows, owed the files of %d image ids (%d objects, %s); skipped %d "
-             "rows (bound, touched or held since the plan) and %d files (their image id has a row, or another run "
-             "freed them)", result.items,
-             result.rows_deleted, result.images_deleted, result.objects_owed, human_bytes(result.bytes_owed),
-             result.skipped_rows, result.skipped_objects)
+    log.info(
+        "%d plan items: deleted %d unbound rows, owed the files of %d image ids (%d objects, %s); skipped %d "
+        "rows (bound, touched or held since the plan) and %d files (their image id has a row, or another run "
+        "freed them)",
+        result.items,
+        result.rows_deleted,
+        result.images_deleted,
+        result.objects_owed,
+        human_bytes(result.bytes_owed),
+        result.skipped_rows,
+        result.skipped_objects,
+    )
     return result
 
 
-def execute_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, cutoff: datetime
-                 ) -> tuple[int, list[str], list[int | None], int, int]:
+def execute_item(
+    conn: psycopg.Connection, run: RunRef, item: PlanItem, *, cutoff: datetime
+) -> tuple[int, list[str], list[int | None], int, int]:
     """One plan item, in the caller's transaction: returns the rows deleted, the keys owed with their sizes, the
     number of image ids whose files were owed, and the number of the deleted rows' image ids that keep a row.
 
@@ -181,8 +215,9 @@ def execute_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, cutof
     once, and only one of them owes the files). Files planned by the configured sizes, for an image stored before
     blobgc recorded files (no record to take, sizes unknown), are owed whenever the id has no row left."""
     planned_ids = item.row_ids or []
-    deleted = conn.execute(queries.load("images/delete_planned_images"),
-                           {"ids": [int(i) for i in planned_ids], "cutoff": cutoff}).fetchall()
+    deleted = conn.execute(
+        queries.load("images/delete_planned_images"), {"ids": [int(i) for i in planned_ids], "cutoff": cutoff}
+    ).fetchall()
     gone = {str(row_id) for row_id, _ in deleted}
     freed_here = {image_id for _, image_id in deleted}
     owners = [IMAGE_FILES.identity(key) for key in item.keys]
@@ -199,10 +234,22 @@ def execute_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, cutof
     kept = len(freed_here & in_use)
     record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=keys, sizes=sizes, part=PART)
     add_counts(conn, run, rows=len(deleted))
-    record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(keys),
-                   skipped_ids=[i for i in planned_ids if i not in gone],
-                   skipped_keys=[item.keys[i] for i in sorted(set(range(len(item.keys))) - set(owed))])
+    record_outcome(
+        conn,
+        run,
+        item,
+        rows_deleted=len(deleted),
+        objects_owed=len(keys),
+        skipped_ids=[i for i in planned_ids if i not in gone],
+        skipped_keys=[item.keys[i] for i in sorted(set(range(len(item.keys))) - set(owed))],
+    )
     if len(deleted) < len(planned_ids) or len(keys) < len(item.keys):
-        log.info("plan item %d: %d of %d planned rows skipped, %d of %d planned files kept", item.id,
-                 len(planned_ids) - len(deleted), len(planned_ids), len(item.keys) - len(keys), len(item.keys))
+        log.info(
+            "plan item %d: %d of %d planned rows skipped, %d of %d planned files kept",
+            item.id,
+            len(planned_ids) - len(deleted),
+            len(planned_ids),
+            len(item.keys) - len(keys),
+            len(item.keys),
+        )
     return len(deleted), keys, sizes, len(doomed), kept

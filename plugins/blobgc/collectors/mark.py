@@ -11,6 +11,7 @@ subtransaction) per row, all in one transaction. Here each key range is one shor
 with one UPDATE that touches only the rows whose flag flips, and stamps `updated_at` on a flip,
 so the sweep's grace counts from the moment a blob became unused.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,8 +69,15 @@ def mark_unused_blobs(
         with c.transaction():
             unused, used, visibility = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
         if unused or used or visibility:
-            log.info("range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
-                     lo or "start", hi or "end", unused, used, visibility, " (dry run)" if dry_run else "")
+            log.info(
+                "range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
+                lo or "start",
+                hi or "end",
+                unused,
+                used,
+                visibility,
+                " (dry run)" if dry_run else "",
+            )
         return unused, used, visibility
 
     counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
@@ -79,15 +87,25 @@ def mark_unused_blobs(
         visibility_changed=sum(c[2] for c in counts),
         ranges=len(ranges),
     )
-    log.info("marked %d ranges: %d blobs became unused, %d became used, %d visibility changes%s",
-             result.ranges, result.became_unused, result.became_used, result.visibility_changed,
-             " (dry run: nothing written)" if dry_run else "")
+    log.info(
+        "marked %d ranges: %d blobs became unused, %d became used, %d visibility changes%s",
+        result.ranges,
+        result.became_unused,
+        result.became_used,
+        result.visibility_changed,
+        " (dry run: nothing written)" if dry_run else "",
+    )
     return result
 
 
-def in_ranges(conn: psycopg.Connection, ranges: list[KeyRange],
-              mark_range: Callable[[psycopg.Connection, str | None, str | None], tuple[int, ...]], *,
-              workers: int, connect: Callable[[], psycopg.Connection] | None) -> list[tuple[int, ...]]:
+def in_ranges(
+    conn: psycopg.Connection,
+    ranges: list[KeyRange],
+    mark_range: Callable[[psycopg.Connection, str | None, str | None], tuple[int, ...]],
+    *,
+    workers: int,
+    connect: Callable[[], psycopg.Connection] | None,
+) -> list[tuple[int, ...]]:
     """`mark_range` over every range: on `conn`, or with `workers` > 1 on that many connections from `connect`."""
     if workers <= 1 or len(ranges) <= 1:
         return [mark_range(conn, lo, hi) for lo, hi in ranges]
@@ -139,20 +157,41 @@ def mark_collection(
         with c.transaction():
             unused, used = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
         if unused or used:
-            log.info("%s range [%s, %s): %d became unused, %d became used%s", bound.name, lo or "start",
-                     hi or "end", unused, used, " (dry run)" if dry_run else "")
+            log.info(
+                "%s range [%s, %s): %d became unused, %d became used%s",
+                bound.name,
+                lo or "start",
+                hi or "end",
+                unused,
+                used,
+                " (dry run)" if dry_run else "",
+            )
         return unused, used
 
     counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
-    result = MarkResult(became_unused=sum(c[0] for c in counts), became_used=sum(c[1] for c in counts),
-                        ranges=len(ranges))
-    log.info("collection %s: marked %d ranges: %d rows became unused, %d became used%s", bound.name, result.ranges,
-             result.became_unused, result.became_used, " (dry run: nothing written)" if dry_run else "")
+    result = MarkResult(
+        became_unused=sum(c[0] for c in counts), became_used=sum(c[1] for c in counts), ranges=len(ranges)
+    )
+    log.info(
+        "collection %s: marked %d ranges: %d rows became unused, %d became used%s",
+        bound.name,
+        result.ranges,
+        result.became_unused,
+        result.became_used,
+        " (dry run: nothing written)" if dry_run else "",
+    )
     return result
 
 
-def mark_any(conn: psycopg.Connection, bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool = False,
-             workers: int = 1, connect: Callable[[], psycopg.Connection] | None = None) -> MarkResult:
+def mark_any(
+    conn: psycopg.Connection,
+    bound: BoundCollection,
+    refs: ReferenceSet,
+    *,
+    dry_run: bool = False,
+    workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
+) -> MarkResult:
     """Mark one collection: app_blob in its own columns (`mark_unused_blobs`), any other in its mark table."""
     if bound.collection.column_mode:
         return mark_unused_blobs(conn, refs, dry_run=dry_run, workers=workers, connect=connect)
@@ -166,9 +205,7 @@ class PageUsagesRemoved(TaskResult):
     removed: int = 0
 
 
-def remove_stale_page_usages(
-    conn: psycopg.Connection, run: RunRef, *, cutoff: datetime, batch_size: int = 1000
-) -> int:
+def remove_stale_page_usages(conn: psycopg.Connection, run: RunRef, *, cutoff: datetime, batch_size: int = 1000) -> int:
     """Delete page usages not confirmed since `cutoff` (seed 000's SweepPages), one batch per transaction.
 
     Returns how many. A dry run counts them and deletes nothing. Visibility is recomputed by the

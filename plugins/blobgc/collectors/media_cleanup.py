@@ -11,14 +11,15 @@ staging layouts (`staging/{userId}/{uuid}.{ext}`, `profiles-staging/{userId}/{sl
 and reports anything else under a staging prefix; orphan thumbnails are at least an hour old
 (`MIN_ORPHAN_AGE`), whatever the Param says, since a master's upload and its thumbnails are not atomic.
 """
+
 from __future__ import annotations
 
-import logging
 import json
+import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from botocore.exceptions import ClientError
@@ -41,17 +42,17 @@ from blobgc.core.runs import RunRef
 from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, ConfigurationError, MediaSettings
 from blobgc.core.thumbnail_jobs import (
     DEAD_LETTER_CAP,
-    TRIM_DEAD_LETTERS_SCRIPT,
     DEAD_LETTERS,
     PROCESSING,
+    TRIM_DEAD_LETTERS_SCRIPT,
     check_dead_letter_cap,
     finish,
-    thumbnail_queue_counts,
     forget_lost_jobs,
     queue_thumbnail_jobs,
     recently_queued,
     taken_jobs,
     text,
+    thumbnail_queue_counts,
 )
 from blobgc.core.uploads import Rejected
 
@@ -101,20 +102,32 @@ class ThumbnailCheckResult(TaskResult):
 
 
 def staging_shards(s3, settings: MediaSettings) -> list[MediaShard]:
-    return [MediaShard(bucket, shard, "staging")
-            for bucket, prefix in ((settings.images_bucket, "staging/"), (settings.profiles_bucket, "profiles-staging/"))
-            for shard in leading_shards(s3, bucket, prefix)]
+    return [
+        MediaShard(bucket, shard, "staging")
+        for bucket, prefix in ((settings.images_bucket, "staging/"), (settings.profiles_bucket, "profiles-staging/"))
+        for shard in leading_shards(s3, bucket, prefix)
+    ]
 
 
 def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
-    return [MediaShard(bucket, shard, kind)
-            for bucket, kind in ((settings.images_bucket, "image"), (settings.profiles_bucket, "icon"))
-            for shard in leading_shards(s3, bucket, "")]
+    return [
+        MediaShard(bucket, shard, kind)
+        for bucket, kind in ((settings.images_bucket, "image"), (settings.profiles_bucket, "icon"))
+        for shard in leading_shards(s3, bucket, "")
+    ]
 
 
 # ----------------------------------------------------------------------------------------------- staging
-def plan_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaShard, *, cutoff: datetime,
-                       batch_size: int = 1000, floor: timedelta = MIN_STAGING_AGE) -> StagingResult:
+def plan_stale_staging(
+    conn: psycopg.Connection,
+    s3,
+    run: RunRef,
+    shard: MediaShard,
+    *,
+    cutoff: datetime,
+    batch_size: int = 1000,
+    floor: timedelta = MIN_STAGING_AGE,
+) -> StagingResult:
     """Plan the deletion of every staging upload of the shard last modified before `cutoff`.
 
     Only keys of the staging layout go (`staging/{userId}/{uuid}.{ext}` in the images bucket,
@@ -127,7 +140,7 @@ def plan_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaSh
     upload written again since (its LastModified is past the cut-off). One finalized since is gone already.
     """
     layout = staging_layout(shard.prefix)
-    cutoff = min(cutoff, datetime.now(timezone.utc) - floor)
+    cutoff = min(cutoff, datetime.now(UTC) - floor)
     keys, sizes, fresh, unexpected = [], [], 0, []
     for o in listing(s3, shard.bucket, shard.prefix):
         if not layout.fullmatch(o["Key"]):
@@ -137,15 +150,35 @@ def plan_stale_staging(conn: psycopg.Connection, s3, run: RunRef, shard: MediaSh
             sizes.append(o["Size"])
         else:
             fresh += 1
-    plan_listed_objects(conn, run, part=shard.name, source=MEDIA_STAGING.source, bucket=shard.bucket, keys=keys,
-                        sizes=sizes, modified_before=cutoff, batch_size=batch_size)
+    plan_listed_objects(
+        conn,
+        run,
+        part=shard.name,
+        source=MEDIA_STAGING.source,
+        bucket=shard.bucket,
+        keys=keys,
+        sizes=sizes,
+        modified_before=cutoff,
+        batch_size=batch_size,
+    )
     if unexpected:
-        log.warning("%s/%s: %d keys match no staging layout and are kept (not uploads; never deleted here)%s: %s",
-                    shard.bucket, shard.prefix, len(unexpected),
-                    f", the first {UNEXPECTED_KEYS_LOGGED}" if len(unexpected) > UNEXPECTED_KEYS_LOGGED else "",
-                    ", ".join(unexpected[:UNEXPECTED_KEYS_LOGGED]))
-    log.info("%s/%s: %d stale staging objects (%d bytes) planned, %d fresh kept, %d unexpected keys kept",
-             shard.bucket, shard.prefix, len(keys), sum(sizes), fresh, len(unexpected))
+        log.warning(
+            "%s/%s: %d keys match no staging layout and are kept (not uploads; never deleted here)%s: %s",
+            shard.bucket,
+            shard.prefix,
+            len(unexpected),
+            f", the first {UNEXPECTED_KEYS_LOGGED}" if len(unexpected) > UNEXPECTED_KEYS_LOGGED else "",
+            ", ".join(unexpected[:UNEXPECTED_KEYS_LOGGED]),
+        )
+    log.info(
+        "%s/%s: %d stale staging objects (%d bytes) planned, %d fresh kept, %d unexpected keys kept",
+        shard.bucket,
+        shard.prefix,
+        len(keys),
+        sum(sizes),
+        fresh,
+        len(unexpected),
+    )
     return StagingResult(shard.name, len(keys), sum(sizes), fresh, len(unexpected))
 
 
@@ -154,9 +187,11 @@ def check_min_age(min_age: timedelta) -> None:
     """blobgc_media_thumbnails' min_age_hours: at least `MIN_ORPHAN_AGE`, so a master whose upload is
     under way never has its fresh thumbnails taken for orphans, nor its job queued twice."""
     if min_age < MIN_ORPHAN_AGE:
-        raise ConfigurationError(f"min_age_hours must be at least {MIN_ORPHAN_AGE.total_seconds() / 3600:.0f} hour, not "
-                         f"{min_age.total_seconds() / 3600:g}: younger thumbnails may belong to a master still being "
-                         "uploaded, and younger masters may have their first job still queued")
+        raise ConfigurationError(
+            f"min_age_hours must be at least {MIN_ORPHAN_AGE.total_seconds() / 3600:.0f} hour, not "
+            f"{min_age.total_seconds() / 3600:g}: younger thumbnails may belong to a master still being "
+            "uploaded, and younger masters may have their first job still queued"
+        )
 
 
 @dataclass
@@ -185,8 +220,17 @@ def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
         yield objects
 
 
-def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: MediaShard, settings: MediaSettings,
-                     *, cutoff: datetime, batch_size: int = 1000) -> ThumbnailCheckResult:
+def check_thumbnails(
+    conn: psycopg.Connection,
+    s3,
+    redis,
+    run: RunRef,
+    shard: MediaShard,
+    settings: MediaSettings,
+    *,
+    cutoff: datetime,
+    batch_size: int = 1000,
+) -> ThumbnailCheckResult:
     """Queue masters older than `cutoff` that lack a thumbnail size, and plan the deletion of
     thumbnails older than `cutoff` whose master is gone. A dry run queues nothing and makes its plan.
 
@@ -215,20 +259,46 @@ def check_thumbnails(conn: psycopg.Connection, s3, redis, run: RunRef, shard: Me
         for key, (size, modified) in user.thumbs.items():
             if modified < cutoff and master_prefix_of_thumb(key) not in master_prefixes:
                 orphans.append((key, size))
-    plan_listed_objects(conn, run, part=shard.name, source=MEDIA_THUMBNAILS.source, bucket=shard.bucket,
-                        keys=[k for k, _ in orphans], sizes=[s for _, s in orphans], modified_before=cutoff,
-                        batch_size=batch_size)
+    plan_listed_objects(
+        conn,
+        run,
+        part=shard.name,
+        source=MEDIA_THUMBNAILS.source,
+        bucket=shard.bucket,
+        keys=[k for k, _ in orphans],
+        sizes=[s for _, s in orphans],
+        modified_before=cutoff,
+        batch_size=batch_size,
+    )
     kind = "image" if shard.kind == "image" else "icon"
     requeue_after = min_age.total_seconds()
     if run.dry_run:
         queued = len(missing) - len(recently_queued(redis, shard.bucket, missing, requeue_after))
     else:
         queued = queue_thumbnail_jobs(redis, kind, shard.bucket, missing, requeue_after_seconds=requeue_after)
-    log.info("%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails, %d of them %s (the others were queued "
-             "less than %s ago), %d orphan thumbnails planned", shard.bucket, shard.prefix or "(all)", masters, thumbs,
-             len(missing), queued, "would be queued" if run.dry_run else "queued", min_age, len(orphans))
-    return ThumbnailCheckResult(shard.name, masters, thumbs, len(missing), queued, len(missing) - queued,
-                                len(orphans), sum(s for _, s in orphans))
+    log.info(
+        "%s/%s: %d masters, %d thumbnails; %d masters lacking thumbnails, %d of them %s (the others were queued "
+        "less than %s ago), %d orphan thumbnails planned",
+        shard.bucket,
+        shard.prefix or "(all)",
+        masters,
+        thumbs,
+        len(missing),
+        queued,
+        "would be queued" if run.dry_run else "queued",
+        min_age,
+        len(orphans),
+    )
+    return ThumbnailCheckResult(
+        shard.name,
+        masters,
+        thumbs,
+        len(missing),
+        queued,
+        len(missing) - queued,
+        len(orphans),
+        sum(s for _, s in orphans),
+    )
 
 
 # ------------------------------------------------------------------------------------- thumbnail worker
@@ -263,8 +333,12 @@ def parse_job(raw: str | bytes, settings: MediaSettings) -> tuple[str, str, str]
     except (ValueError, KeyError, TypeError) as error:
         raise PoisonJob(f"malformed job: {error}") from error
     expected = {"image": (settings.images_bucket, MASTER), "icon": (settings.profiles_bucket, PROFILE_MASTER)}
-    if kind not in expected or bucket != expected[kind][0] or not isinstance(key, str) \
-            or not expected[kind][1].fullmatch(key):
+    if (
+        kind not in expected
+        or bucket != expected[kind][0]
+        or not isinstance(key, str)
+        or not expected[kind][1].fullmatch(key)
+    ):
         raise PoisonJob(f"not a {kind!r} master of this store: {bucket}/{key}")
     return kind, bucket, key
 
@@ -289,19 +363,30 @@ def make_thumbnails(s3, settings: MediaSettings, render: Render, raw: str) -> in
     return len(rendered)
 
 
-def work_thumbnail_queue(redis, s3, run: RunRef, settings: MediaSettings, render: Render, *,
-                         max_jobs: int = 10_000) -> ThumbnailResult:
+def work_thumbnail_queue(
+    redis, s3, run: RunRef, settings: MediaSettings, render: Render, *, max_jobs: int = 10_000
+) -> ThumbnailResult:
     """blobgc_media_thumbnails' worker step: drain the queue into thumbnails, or on a dry run take no job and
     report the queue as it is (jobs queued, taken by a worker, dead-lettered)."""
     if run.dry_run:
         counts = thumbnail_queue_counts(redis)
-        return ThumbnailResult(queued=counts["queued"], processing=counts["processing"],
-                               dead_letters=counts["dead_letters"])
+        return ThumbnailResult(
+            queued=counts["queued"], processing=counts["processing"], dead_letters=counts["dead_letters"]
+        )
     return drain_thumbnail_queue(redis, s3, settings, render, max_jobs=max_jobs)
 
 
-def drain_thumbnail_queue(redis, s3, settings: MediaSettings, render: Render, *, max_jobs: int = 10_000,
-                          batch: int = 50, workers: int = 2, dead_letter_cap: int = DEAD_LETTER_CAP) -> ThumbnailResult:
+def drain_thumbnail_queue(
+    redis,
+    s3,
+    settings: MediaSettings,
+    render: Render,
+    *,
+    max_jobs: int = 10_000,
+    batch: int = 50,
+    workers: int = 2,
+    dead_letter_cap: int = DEAD_LETTER_CAP,
+) -> ThumbnailResult:
     """Make the thumbnails the queue asks for, `batch` jobs at a time on `workers` threads.
 
     A job is moved atomically (LMOVE) to `media-thumb-queue:processing` when taken, and removed
@@ -346,8 +431,16 @@ def drain_thumbnail_queue(redis, s3, settings: MediaSettings, render: Render, *,
                 result.skipped += written == 0
                 finish(redis, raw)
     result.queued_entries_forgotten = forget_lost_jobs(redis)
-    log.info("thumbnail jobs: %d done (%d recovered from a dead worker), %d thumbnails, %d masters gone, "
-             "%d dead-lettered (%d old dead letters dropped to keep %d), %d entries of long-lost jobs forgotten",
-             result.jobs, result.recovered, result.thumbnails, result.skipped, result.dead_lettered,
-             result.dead_letters_dropped, dead_letter_cap, result.queued_entries_forgotten)
+    log.info(
+        "thumbnail jobs: %d done (%d recovered from a dead worker), %d thumbnails, %d masters gone, "
+        "%d dead-lettered (%d old dead letters dropped to keep %d), %d entries of long-lost jobs forgotten",
+        result.jobs,
+        result.recovered,
+        result.thumbnails,
+        result.skipped,
+        result.dead_lettered,
+        result.dead_letters_dropped,
+        dead_letter_cap,
+        result.queued_entries_forgotten,
+    )
     return result

@@ -35,6 +35,7 @@ its row as new and uploads the object again. The write path is the application's
 `expire_due_pastes` plans and then executes a whole run at once, with no gate, for callers outside
 Airflow (tests, the bench); the DAG runs its halves as tasks with the gate between them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,13 +50,22 @@ import psycopg
 
 from blobgc.core import queries
 from blobgc.core.cache_purge import owe_cache_purge
+from blobgc.core.gate import let_through
 from blobgc.core.keys import PASTE_CONTENTS, content_key
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
-from blobgc.core.gate import let_through
 from blobgc.core.plans import (
-    PLAN_MAX_AGE_HOURS, PlanItem, PlanRefused, add_plan_item, executable_parts, fix_plan, pending_items, plan_of,
-    plan_parts, record_outcome, restart_planning,
+    PLAN_MAX_AGE_HOURS,
+    PlanItem,
+    PlanRefused,
+    add_plan_item,
+    executable_parts,
+    fix_plan,
+    pending_items,
+    plan_of,
+    plan_parts,
+    record_outcome,
+    restart_planning,
 )
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts, ensure_run
@@ -83,8 +93,13 @@ def split_expiry_contents(conn: psycopg.Connection, expired_before: datetime, pa
     if parts <= 1:
         return [(None, None)]
     fractions = [i / parts for i in range(1, parts)]
-    bounds = [row[0] for row in conn.execute(queries.load("pastes/select_expiry_content_split"),
-                                             {"fractions": fractions, "expired_before": expired_before})]
+    bounds = [
+        row[0]
+        for row in conn.execute(
+            queries.load("pastes/select_expiry_content_split"),
+            {"fractions": fractions, "expired_before": expired_before},
+        )
+    ]
     edges: list[str | None] = [None, *bounds, None]
     return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
@@ -105,8 +120,9 @@ def settled_plan(conn: psycopg.Connection, run: RunRef) -> str | None:
 
     A run cleared whole after its gate (a backfill that reprocesses a failed run) then keeps the plan that was
     judged and goes on executing what is left of it, instead of planning again (which is refused)."""
-    row = conn.execute(queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
-                       ).fetchone()
+    row = conn.execute(
+        queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
+    ).fetchone()
     if row is not None:
         log.info("run %s keeps its plan as it is (%s): it plans nothing again", run.run_id, row[0])
     return row[0] if row else None
@@ -160,24 +176,40 @@ def plan_expiry(
     part = contents_part(content_range)
     restart_planning(conn, run, part)
     start, end = content_range
-    params = {"expired_before": expired_before, "batch_size": batch_size, "range_start": start or "",
-              "range_end": end}
+    params = {"expired_before": expired_before, "batch_size": batch_size, "range_start": start or "", "range_end": end}
     result = PlannedExpiry()
     after = (start or "", "")
     while True:
         with conn.transaction():
-            batch = conn.execute(queries.load("pastes/select_expiry_plan_batch"),
-                                 {**params, "after_hash": after[0], "after_short_code": after[1]}).fetchall()
+            batch = conn.execute(
+                queries.load("pastes/select_expiry_plan_batch"),
+                {**params, "after_hash": after[0], "after_short_code": after[1]},
+            ).fetchall()
             if not batch:
                 break
             code, last_hash = batch[-1]
             after = (last_hash, code)
-            going = conn.execute(queries.load("pastes/select_contents_going_with_batch"), {
-                "hashes": sorted({digest for _, digest in batch}), "expired_before": expired_before,
-                "last_hash": last_hash, "last_short_code": code}).fetchall()
+            going = conn.execute(
+                queries.load("pastes/select_contents_going_with_batch"),
+                {
+                    "hashes": sorted({digest for _, digest in batch}),
+                    "expired_before": expired_before,
+                    "last_hash": last_hash,
+                    "last_short_code": code,
+                },
+            ).fetchall()
             keys, sizes = [content_key(d) for d, _ in going], [size for _, size in going]
-            add_plan_item(conn, run, part=part, collection=None, source=SOURCE, bucket=bucket, keys=keys,
-                          sizes=sizes, row_ids=[c for c, _ in batch])
+            add_plan_item(
+                conn,
+                run,
+                part=part,
+                collection=None,
+                source=SOURCE,
+                bucket=bucket,
+                keys=keys,
+                sizes=sizes,
+                row_ids=[c for c, _ in batch],
+            )
             batch_bytes = sum(size or 0 for size in sizes)
             if run.dry_run:
                 record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
@@ -190,9 +222,16 @@ def plan_expiry(
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
         if len(batch) < batch_size:
             break
-    log.info("%s: the plan expires %d pastes in %d items and deletes %d contents, %d objects (%s); sample keys: %s",
-             part, result.pastes, result.batches, result.contents, result.objects, human_bytes(result.bytes),
-             result.sample_keys[:5])
+    log.info(
+        "%s: the plan expires %d pastes in %d items and deletes %d contents, %d objects (%s); sample keys: %s",
+        part,
+        result.pastes,
+        result.batches,
+        result.contents,
+        result.objects,
+        human_bytes(result.bytes),
+        result.sample_keys[:5],
+    )
     return result
 
 
@@ -214,15 +253,15 @@ class ExpiryExecution(TaskResult):
 
 def plan_cutoff(conn: psycopg.Connection, run: RunRef) -> datetime:
     """The cutoff the plan `run` executes was made with (the planning run's reference time)."""
-    row = conn.execute(queries.load("pastes/select_plan_cutoff"),
-                       {"dag_id": run.dag_id, "plan_run_id": plan_of(conn, run)}).fetchone()
+    row = conn.execute(
+        queries.load("pastes/select_plan_cutoff"), {"dag_id": run.dag_id, "plan_run_id": plan_of(conn, run)}
+    ).fetchone()
     if row is None or row[0] is None:
         raise LookupError(f"the plan of {run.run_id} has no reference time")
     return row[0]
 
 
-def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, redis_prefix: str = ""
-                        ) -> ExpiryExecution:
+def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, redis_prefix: str = "") -> ExpiryExecution:
     """Execute exactly one part of `run`'s plan, an item per transaction, re-checking each (see the module doc).
 
     Pastes no longer NOT_EXPIRED or due before the plan's cutoff (an extended `expires_at`), or held by
@@ -240,9 +279,9 @@ def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, red
                 if part == ORPHANS_PART:
                     deleted, claimed, left = execute_orphan_item(conn, run, item, part=part), [], 0
                 else:
-                    claimed, deleted, left = execute_expiry_item(conn, run, item, part=part,
-                                                                 expired_before=expired_before,
-                                                                 redis_prefix=redis_prefix)
+                    claimed, deleted, left = execute_expiry_item(
+                        conn, run, item, part=part, expired_before=expired_before, redis_prefix=redis_prefix
+                    )
                 break
             except psycopg.errors.DeadlockDetected:
                 # another run decremented the same contents in another order; this item rolled back whole
@@ -260,46 +299,77 @@ def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, red
         result.skipped_objects += len(item.keys) - len(keys)
         result.contents_left_at_zero += left
         result.sample_keys += keys[: max(0, SAMPLE - len(result.sample_keys))]
-    log.info("%s: %d plan items; expired %d pastes, deleted %d contents, %d objects (%s) owed; skipped %d pastes "
-             "(extended, or gone since the plan) and %d objects (their content is needed again)%s", part,
-             result.items, result.pastes_deleted, result.contents_deleted, result.objects_owed,
-             human_bytes(result.bytes_owed), result.skipped_pastes, result.skipped_objects,
-             f"; {result.contents_left_at_zero} contents reached 0 outside the plan and are kept for a later run's "
-             "orphan planning" if result.contents_left_at_zero else "")
+    log.info(
+        "%s: %d plan items; expired %d pastes, deleted %d contents, %d objects (%s) owed; skipped %d pastes "
+        "(extended, or gone since the plan) and %d objects (their content is needed again)%s",
+        part,
+        result.items,
+        result.pastes_deleted,
+        result.contents_deleted,
+        result.objects_owed,
+        human_bytes(result.bytes_owed),
+        result.skipped_pastes,
+        result.skipped_objects,
+        f"; {result.contents_left_at_zero} contents reached 0 outside the plan and are kept for a later run's "
+        "orphan planning"
+        if result.contents_left_at_zero
+        else "",
+    )
     return result
 
 
-def execute_expiry_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str,
-                        expired_before: datetime, redis_prefix: str
-                        ) -> tuple[list[str], list[tuple[str, int | None]], int]:
+def execute_expiry_item(
+    conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str, expired_before: datetime, redis_prefix: str
+) -> tuple[list[str], list[tuple[str, int | None]], int]:
     """One plan item of pastes in one transaction; returns (pastes deleted, contents deleted, contents left at 0)."""
     planned_keys = set(item.keys)
     with conn.transaction():
-        claimed = conn.execute(queries.load("pastes/delete_planned_pastes"),
-                               {"codes": item.row_ids or [], "expired_before": expired_before}).fetchall()
+        claimed = conn.execute(
+            queries.load("pastes/delete_planned_pastes"),
+            {"codes": item.row_ids or [], "expired_before": expired_before},
+        ).fetchall()
         per_content = sorted(Counter(digest for _, digest in claimed).items())
-        decremented = conn.execute(queries.load("pastes/decrement_contents"), {
-            "hashes": [digest for digest, _ in per_content], "counts": [n for _, n in per_content],
-        }).fetchall() if per_content else []
+        decremented = (
+            conn.execute(
+                queries.load("pastes/decrement_contents"),
+                {
+                    "hashes": [digest for digest, _ in per_content],
+                    "counts": [n for _, n in per_content],
+                },
+            ).fetchall()
+            if per_content
+            else []
+        )
         at_zero = [digest for digest, ref_count, _ in decremented if ref_count <= 0]
         planned = [digest for digest in at_zero if content_key(digest) in planned_keys]
-        deleted = (conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": planned})
-                   .fetchall() if planned else [])
+        deleted = (
+            conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": planned}).fetchall()
+            if planned
+            else []
+        )
         owed = [content_key(d) for d, _ in deleted]
-        record_deletions(conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted],
-                         part=part)
+        record_deletions(
+            conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted], part=part
+        )
         codes = [code for code, _ in claimed]
         owe_cache_purge(conn, run, [f"{redis_prefix}{code}" for code in codes])
         add_counts(conn, run, rows=len(claimed) + len(deleted))
         gone = set(codes)
-        record_outcome(conn, run, item, rows_deleted=len(claimed), objects_owed=len(owed),
-                       skipped_ids=[c for c in item.row_ids or [] if c not in gone],
-                       skipped_keys=[k for k in item.keys if k not in set(owed)])
+        record_outcome(
+            conn,
+            run,
+            item,
+            rows_deleted=len(claimed),
+            objects_owed=len(owed),
+            skipped_ids=[c for c in item.row_ids or [] if c not in gone],
+            skipped_keys=[k for k in item.keys if k not in set(owed)],
+        )
     return codes, deleted, len(at_zero) - len(planned)
 
 
-def execute_orphan_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str
-                        ) -> list[tuple[str, int | None]]:
+def execute_orphan_item(
+    conn: psycopg.Connection, run: RunRef, item: PlanItem, *, part: str
+) -> list[tuple[str, int | None]]:
     """One plan item of orphan contents in one transaction: lock them, re-check that no paste points at them
     (repairing their count), delete those, and owe their objects. Returns the contents deleted."""
     hashes = sorted(item.row_ids or [])
@@ -308,13 +378,20 @@ def execute_orphan_item(conn: psycopg.Connection, run: RunRef, item: PlanItem, *
         conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": hashes})
         deleted = conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": hashes}).fetchall()
         owed = [content_key(d) for d, _ in deleted]
-        record_deletions(conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted],
-                         part=part)
+        record_deletions(
+            conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted], part=part
+        )
         add_counts(conn, run, rows=len(deleted))
         gone = {d for d, _ in deleted}
-        record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(owed),
-                       skipped_ids=[h for h in item.row_ids or [] if h not in gone],
-                       skipped_keys=[k for k in item.keys if k not in set(owed)])
+        record_outcome(
+            conn,
+            run,
+            item,
+            rows_deleted=len(deleted),
+            objects_owed=len(owed),
+            skipped_ids=[h for h in item.row_ids or [] if h not in gone],
+            skipped_keys=[k for k in item.keys if k not in set(owed)],
+        )
     return deleted
 
 
@@ -360,35 +437,61 @@ def check_ref_counts(
     report.total_drift = sum(abs(ref_count - pastes) for _, ref_count, pastes, _ in drifted)
     report.sample = [{"content_hash": d, "ref_count": rc, "pastes": n} for d, rc, n, _ in drifted[:SAMPLE]]
     if drifted:
-        log.warning("%d contents have a ref_count that differs from their pastes (total drift %d); sample: %s",
-                    report.drifted, report.total_drift, report.sample)
+        log.warning(
+            "%d contents have a ref_count that differs from their pastes (total drift %d); sample: %s",
+            report.drifted,
+            report.total_drift,
+            report.sample,
+        )
     for start in range(0, len(candidates), batch_size):
-        part = candidates[start:start + batch_size]
+        part = candidates[start : start + batch_size]
         hashes = [row[0] for row in part]
         with conn.transaction():
             if run.dry_run:  # repairs nothing: the scan's orphans are the plan's
                 orphans = [(d, size) for d, _, n, size in part if n == 0]
             else:
                 conn.execute(queries.load("pastes/lock_contents"), {"hashes": hashes})
-                report.repaired += len(conn.execute(queries.load("pastes/repair_ref_counts"),
-                                                    {"hashes": hashes}).fetchall())
-                orphans = conn.execute(queries.load("pastes/select_pasteless_contents"),
-                                       {"hashes": hashes}).fetchall() if plan_orphans else []
+                report.repaired += len(
+                    conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": hashes}).fetchall()
+                )
+                orphans = (
+                    conn.execute(queries.load("pastes/select_pasteless_contents"), {"hashes": hashes}).fetchall()
+                    if plan_orphans
+                    else []
+                )
             if plan_orphans and orphans:
                 keys, sizes = [content_key(d) for d, _ in orphans], [s for _, s in orphans]
-                add_plan_item(conn, run, part=ORPHANS_PART, collection=None, source=SOURCE, bucket=bucket,
-                              keys=keys, sizes=sizes, row_ids=[d for d, _ in orphans])
+                add_plan_item(
+                    conn,
+                    run,
+                    part=ORPHANS_PART,
+                    collection=None,
+                    source=SOURCE,
+                    bucket=bucket,
+                    keys=keys,
+                    sizes=sizes,
+                    row_ids=[d for d, _ in orphans],
+                )
                 if run.dry_run:
-                    record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes,
-                                     part=ORPHANS_PART)
-                    add_counts(conn, run, rows=len(orphans), objects=len(keys),
-                               bytes_=sum(s or 0 for s in sizes), part=ORPHANS_PART)
+                    record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=ORPHANS_PART)
+                    add_counts(
+                        conn,
+                        run,
+                        rows=len(orphans),
+                        objects=len(keys),
+                        bytes_=sum(s or 0 for s in sizes),
+                        part=ORPHANS_PART,
+                    )
                 report.orphans_planned += len(orphans)
                 report.orphan_bytes_planned += sum(s or 0 for s in sizes)
     if candidates:
-        log.info("repaired %d ref_counts; planned %d contents with no paste left (%s)%s", report.repaired,
-                 report.orphans_planned, human_bytes(report.orphan_bytes_planned),
-                 "" if plan_orphans else " (this run plans nothing: a later run plans them)")
+        log.info(
+            "repaired %d ref_counts; planned %d contents with no paste left (%s)%s",
+            report.repaired,
+            report.orphans_planned,
+            human_bytes(report.orphan_bytes_planned),
+            "" if plan_orphans else " (this run plans nothing: a later run plans them)",
+        )
     return report
 
 
@@ -398,8 +501,14 @@ T = TypeVar("T")
 W = TypeVar("W")
 
 
-def side_by_side(conn: psycopg.Connection, work: Callable[[psycopg.Connection, W], T], items: Sequence[W], *,
-                 workers: int, connect: Connect | None) -> list[T]:
+def side_by_side(
+    conn: psycopg.Connection,
+    work: Callable[[psycopg.Connection, W], T],
+    items: Sequence[W],
+    *,
+    workers: int,
+    connect: Connect | None,
+) -> list[T]:
     """`work` on each of `items`: in turn on `conn`, or with `workers` > 1 and `connect`, side by side on
     connections of their own (as the DAG's mapped tasks run)."""
     if workers <= 1 or connect is None or len(items) <= 1:
@@ -413,8 +522,15 @@ def side_by_side(conn: psycopg.Connection, work: Callable[[psycopg.Connection, W
         return list(pool.map(on_own_connection, items))
 
 
-def plan_due_pastes(conn: psycopg.Connection, run: RunRef, *, bucket: str, batch_size: int = 1000, workers: int = 1,
-                    connect: Connect | None = None) -> PlannedExpiry:
+def plan_due_pastes(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    bucket: str,
+    batch_size: int = 1000,
+    workers: int = 1,
+    connect: Connect | None = None,
+) -> PlannedExpiry:
     """The DAG's `expiry_ranges` and mapped `plan_expiry` tasks: plan the pastes due before the run's reference
     time in `workers` ranges of `content_hash`, side by side on connections from `connect` when given.
 
@@ -424,21 +540,25 @@ def plan_due_pastes(conn: psycopg.Connection, run: RunRef, *, bucket: str, batch
     expired_before = plan_cutoff(conn, run)
 
     def plan_range(own: psycopg.Connection, content_range: ContentRange) -> PlannedExpiry:
-        return plan_expiry(own, run, expired_before=expired_before, bucket=bucket, batch_size=batch_size,
-                           content_range=content_range)
+        return plan_expiry(
+            own, run, expired_before=expired_before, bucket=bucket, batch_size=batch_size, content_range=content_range
+        )
 
-    planned = side_by_side(conn, plan_range, split_expiry_contents(conn, expired_before, workers), workers=workers,
-                           connect=connect)
+    planned = side_by_side(
+        conn, plan_range, split_expiry_contents(conn, expired_before, workers), workers=workers, connect=connect
+    )
     total = PlannedExpiry(**PlannedExpiry.total([p.to_xcom() for p in planned]))
     total.sample_keys = [k for p in planned for k in p.sample_keys][:SAMPLE]
     return total
 
 
-def execute_planned_pastes(conn: psycopg.Connection, run: RunRef, *, redis_prefix: str = "", workers: int = 1,
-                           connect: Connect | None = None) -> ExpiryExecution:
+def execute_planned_pastes(
+    conn: psycopg.Connection, run: RunRef, *, redis_prefix: str = "", workers: int = 1, connect: Connect | None = None
+) -> ExpiryExecution:
     """The DAG's `plan_parts` and mapped `expire_pastes` tasks: execute every part of the run's plan
     (`execute_expiry_part`), side by side on connections from `connect` when given. Refused unless the gate let
     the plan through (`blobgc.core.plans.check_may_execute`)."""
+
     def execute_part(own: psycopg.Connection, part: dict) -> ExpiryExecution:
         return execute_expiry_part(own, run, part=part["part"], redis_prefix=redis_prefix)
 
@@ -492,21 +612,36 @@ def expire_due_pastes(
     check_batch_size(batch_size)
     run = ensure_run(conn, run, expired_before)
     if expired_before is not None and run.reference_time > expired_before:
-        raise ValueError(f"run {run.run_id} expires pastes due before its reference time {run.reference_time}, "
-                         f"later than expired_before {expired_before}: register it with that time (ensure_run)")
+        raise ValueError(
+            f"run {run.run_id} expires pastes due before its reference time {run.reference_time}, "
+            f"later than expired_before {expired_before}: register it with that time (ensure_run)"
+        )
     try:
         plan_of(conn, run)
     except PlanRefused:  # no plan fixed yet: the run's own
         fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
     planned = plan_due_pastes(conn, run, bucket=bucket, batch_size=batch_size, workers=workers, connect=connect)
     if run.dry_run:
-        return ExpiredPastes(pastes_deleted=planned.pastes, contents_deleted=planned.contents,
-                             objects_owed=planned.objects, bytes_owed=planned.bytes, cache_keys_owed=planned.pastes,
-                             batches=planned.batches, sample_keys=planned.sample_keys)
+        return ExpiredPastes(
+            pastes_deleted=planned.pastes,
+            contents_deleted=planned.contents,
+            objects_owed=planned.objects,
+            bytes_owed=planned.bytes,
+            cache_keys_owed=planned.pastes,
+            batches=planned.batches,
+            sample_keys=planned.sample_keys,
+        )
     let_through(conn, run, approved_by=approved_by)
     done = execute_planned_pastes(conn, run, redis_prefix=redis_prefix, workers=workers, connect=connect)
-    return ExpiredPastes(pastes_deleted=done.pastes_deleted, contents_deleted=done.contents_deleted,
-                         objects_owed=done.objects_owed, bytes_owed=done.bytes_owed,
-                         cache_keys_owed=done.cache_keys_owed, batches=done.items, skipped_pastes=done.skipped_pastes,
-                         skipped_objects=done.skipped_objects, contents_left_at_zero=done.contents_left_at_zero,
-                         sample_keys=done.sample_keys)
+    return ExpiredPastes(
+        pastes_deleted=done.pastes_deleted,
+        contents_deleted=done.contents_deleted,
+        objects_owed=done.objects_owed,
+        bytes_owed=done.bytes_owed,
+        cache_keys_owed=done.cache_keys_owed,
+        batches=done.items,
+        skipped_pastes=done.skipped_pastes,
+        skipped_objects=done.skipped_objects,
+        contents_left_at_zero=done.contents_left_at_zero,
+        sample_keys=done.sample_keys,
+    )

@@ -25,6 +25,7 @@ owed deletions and rows are touched.
 Every object, row and cancelled owed deletion is recorded in `blobgc.restore_item`: a retried task
 skips what is already there, so a restore can be re-run safely.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,7 +36,6 @@ from dataclasses import dataclass, field
 
 import psycopg
 from botocore.exceptions import ClientError
-
 from psycopg import sql
 
 from blobgc.core import queries
@@ -52,13 +52,13 @@ ROW_SOURCES = {"app.blob"}  # sources whose deleted rows the log holds, and rest
 # Why the rows of each other source cannot be put back, in the words the report uses.
 NOT_RESTORABLE_ROWS = {
     "app.blob": "app.blob rows deleted before blobgc logged row images (migration 0007) are not in the log; "
-                "the objects are restored",
+    "the objects are restored",
     "app.content": "app.content rows: the expired app.paste rows that referenced them are not in the log, and a "
-                   "content row without its pastes would be expired again; the objects are restored",
+    "content row without its pastes would be expired again; the objects are restored",
     "app.image": "app.image rows: image rows are not kept in the log (their offer binding and hashes are gone); "
-                 "the image files are restored",
+    "the image files are restored",
     "gen.blob": "gen.blob rows: the references whose deletion made the blob collectable are not in the log, so a "
-                "restored row would be collected again; the mail objects are restored",
+    "restored row would be collected again; the mail objects are restored",
     "media.staging": "no rows: seed 004's store has no database; the staging objects are restored",
     "media.thumbnails": "no rows: seed 004's store has no database; the thumbnails are restored",
 }
@@ -82,9 +82,12 @@ class RestorePlan(TaskResult):
     collections: list[str] = field(default_factory=list)  # collections (other than app_blob) with rows to put back
 
     def params(self, run: RunRef) -> dict:
-        return {"restore_run_id": run.run_id, "dag_id": self.source_dag_id, "run_id": self.source_run_id,
-                "sources": self.sources}
-
+        return {
+            "restore_run_id": run.run_id,
+            "dag_id": self.source_dag_id,
+            "run_id": self.source_run_id,
+            "sources": self.sources,
+        }
 
 
 @dataclass
@@ -102,7 +105,6 @@ class RestoreResult(TaskResult):
             self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
 
-
 def find_source_run(conn: psycopg.Connection, run_id: str, dag_id: str | None) -> tuple[str, str]:
     """The (dag_id, run_id) of the real run to undo; refuses an unknown, ambiguous or dry run."""
     rows = conn.execute(queries.load("restore/select_source_runs"), {"run_id": run_id, "dag_id": dag_id}).fetchall()
@@ -112,20 +114,24 @@ def find_source_run(conn: psycopg.Connection, run_id: str, dag_id: str | None) -
     if not real:
         raise RestoreRefused(f"run {run_id!r} was a dry run: it deleted nothing, so there is nothing to restore")
     if len(real) > 1:
-        raise RestoreRefused(f"run_id {run_id!r} names runs of several DAGs ({', '.join(d for d, _ in real)}): "
-                             "set the source_dag_id Param")
+        raise RestoreRefused(
+            f"run_id {run_id!r} names runs of several DAGs ({', '.join(d for d, _ in real)}): "
+            "set the source_dag_id Param"
+        )
     return real[0]
 
 
-def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None,
-                 sources: list[str] | None = None) -> RestorePlan:
+def plan_restore(
+    conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None, sources: list[str] | None = None
+) -> RestorePlan:
     """Check that the run can be undone (every bucket it deleted from is versioned) and size the work.
 
     `sources` limits the restore to those deletion-log sources (some collections'); None is all of them.
     """
     source_dag, source_run = find_source_run(conn, run_id, dag_id)
-    row = conn.execute(queries.load("restore/summarize_run_log"),
-                       {"dag_id": source_dag, "run_id": source_run, "sources": sources}).fetchone()
+    row = conn.execute(
+        queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run, "sources": sources}
+    ).fetchone()
     buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
     unversioned, suspended = [], []
     for bucket in buckets:
@@ -134,8 +140,9 @@ def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None =
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code == "NoSuchBucket":
-                raise RestoreRefused(f"bucket {bucket!r}, which run {source_run!r} deleted from, does not exist") \
-                    from error
+                raise RestoreRefused(
+                    f"bucket {bucket!r}, which run {source_run!r} deleted from, does not exist"
+                ) from error
             raise
         if status == "Suspended":
             suspended.append(bucket)
@@ -148,19 +155,29 @@ def plan_restore(conn: psycopg.Connection, s3, run_id: str, dag_id: str | None =
             "while versioning was suspended) for good, and leaves a null delete marker that cannot tell which "
             "objects had an older version to come back to, so the restore could not say what it brought back. "
             "Nothing was changed. Re-enable versioning (aws s3api put-bucket-versioning --bucket NAME "
-            "--versioning-configuration Status=Enabled) to make later runs undoable.")
+            "--versioning-configuration Status=Enabled) to make later runs undoable."
+        )
     if unversioned:
         raise RestoreRefused(
             f"blobgc_restore refuses: bucket{'s' if len(unversioned) > 1 else ''} {', '.join(map(repr, unversioned))} "
             f"{'are' if len(unversioned) > 1 else 'is'} not versioned, so the objects {source_dag} run {source_run!r} "
             "deleted there are gone for good and no delete marker can be removed. Nothing was changed. To make "
             "later runs undoable, enable versioning first (aws s3api put-bucket-versioning --bucket NAME "
-            "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule.")
-    logged = [r[0] for r in conn.execute(
-        "SELECT DISTINCT source FROM blobgc.deletion_log WHERE dag_id = %s AND run_id = %s AND NOT dry_run "
-        "AND rows IS NOT NULL ORDER BY source", (source_dag, source_run))]
-    collections = [source[len(COLLECTION_SOURCE):] for source in logged if source.startswith(COLLECTION_SOURCE)
-                   and (sources is None or source in sources)]
+            "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule."
+        )
+    logged = [
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT source FROM blobgc.deletion_log WHERE dag_id = %s AND run_id = %s AND NOT dry_run "
+            "AND rows IS NOT NULL ORDER BY source",
+            (source_dag, source_run),
+        )
+    ]
+    collections = [
+        source[len(COLLECTION_SOURCE) :]
+        for source in logged
+        if source.startswith(COLLECTION_SOURCE) and (sources is None or source in sources)
+    ]
     return RestorePlan(source_dag, source_run, buckets, deleted, owed, rows_logged, sources, collections)
 
 
@@ -177,8 +194,9 @@ def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePl
     return result
 
 
-def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
-                    ) -> RestoreResult:
+def restore_objects(
+    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
+) -> RestoreResult:
     """Bring back every object the run deleted, and check with HEAD that each one is back.
 
     For each object: list its versions, remove every delete marker above its newest version (the
@@ -193,8 +211,10 @@ def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan
     for bucket, items in by_bucket.items():
         no_marker = [key for key, version in items if not version]
         marked = [key for key, version in items if version]
-        reason = ("no delete marker recorded for this key: it was deleted before blobgc recorded version ids, "
-                  "or while the bucket was not versioned")
+        reason = (
+            "no delete marker recorded for this key: it was deleted before blobgc recorded version ids, "
+            "or while the bucket was not versioned"
+        )
         for _ in no_marker:
             result.note("not_restored", reason)
         if not run.dry_run and no_marker:
@@ -208,8 +228,13 @@ def restore_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan
             record_items(conn, run, plan, "object", bucket, outcomes)
             for _, _, outcome, detail in outcomes:
                 result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
-        log.info("restored %d objects in %s; %d failed (still missing after the undo), %d without a recorded delete "
-                 "marker", result.restored, bucket, result.failed, len(no_marker))
+        log.info(
+            "restored %d objects in %s; %d failed (still missing after the undo), %d without a recorded delete marker",
+            result.restored,
+            bucket,
+            result.failed,
+            len(no_marker),
+        )
     if run.dry_run:
         log.info("would restore %d objects", result.restored)
     return result
@@ -220,8 +245,7 @@ def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], 
     entries: list[tuple[object, bool, str]] = []
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
         entries += [(v["LastModified"], False, v["VersionId"]) for v in page.get("Versions", []) if v["Key"] == key]
-        entries += [(m["LastModified"], True, m["VersionId"]) for m in page.get("DeleteMarkers", [])
-                    if m["Key"] == key]
+        entries += [(m["LastModified"], True, m["VersionId"]) for m in page.get("DeleteMarkers", []) if m["Key"] == key]
     # newest first; S3 lists a key's versions newest first, and a marker written in the same second as the
     # version it hides comes after it in time
     entries.sort(key=lambda e: (e[0], e[1]), reverse=True)
@@ -233,8 +257,9 @@ def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], 
     return markers, False
 
 
-def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
-                   ) -> list[tuple[str, str | None, str, str | None]]:
+def undo_deletions(
+    s3, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
+) -> list[tuple[str, str | None, str, str | None]]:
     """Remove the delete markers over `keys` and HEAD each: (key, recorded marker, outcome, detail) per key."""
 
     def inspect(key: str) -> tuple[str, list[str], bool]:
@@ -246,8 +271,9 @@ def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | N
     removals = [(key, marker) for key, markers, has_version in found if has_version for marker in markers]
     errors: dict[str, str] = {}
     for chunk in chunked(removals, MAX_KEYS_PER_CALL):
-        response = s3.delete_objects(Bucket=bucket, Delete={
-            "Objects": [{"Key": k, "VersionId": v} for k, v in chunk], "Quiet": True})
+        response = s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k, "VersionId": v} for k, v in chunk], "Quiet": True}
+        )
         for e in response.get("Errors", []):
             if e.get("Code") != "NoSuchVersion":
                 errors[e.get("Key", "")] = f"{e.get('Code')}: {e.get('Message', '')}".strip()
@@ -261,8 +287,12 @@ def undo_deletions(s3, bucket: str, keys: list[str], recorded: dict[str, str | N
         try:
             s3.head_object(Bucket=bucket, Key=key)
         except ClientError as error:
-            return key, recorded.get(key), "failed", (f"still missing after removing {len(markers)} delete "
-                                                      f"marker(s): HEAD answered {error_code(error)}")
+            return (
+                key,
+                recorded.get(key),
+                "failed",
+                (f"still missing after removing {len(markers)} delete marker(s): HEAD answered {error_code(error)}"),
+            )
         if not markers:
             return key, recorded.get(key), "already_restored", "no delete marker was left over it"
         return key, recorded.get(key), "restored", None
@@ -288,8 +318,10 @@ def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -
         elif rows:
             items = list(dict.fromkeys(row.item for row in rows))
             with conn.transaction():
-                for _item, outcome, detail in conn.execute(queries.load("restore/insert_blob_rows"), {
-                        **params, "items": items, "reasons": [refused.get(item) for item in items]}).fetchall():
+                for _item, outcome, detail in conn.execute(
+                    queries.load("restore/insert_blob_rows"),
+                    {**params, "items": items, "reasons": [refused.get(item) for item in items]},
+                ).fetchall():
                     result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
     for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
         if source.startswith(COLLECTION_SOURCE) and plan.source_dag_id != RECONCILE_DAG:
@@ -301,13 +333,19 @@ def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -
         result.note("not_restored", f"{reason} ({objects} objects in {log_rows} log rows)")
         if not run.dry_run:
             record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
-    log.info("%s %d rows; %d failed; not restorable: %s", "would restore" if run.dry_run else "restored",
-             result.restored, result.failed, result.reasons or "none")
+    log.info(
+        "%s %d rows; %d failed; not restorable: %s",
+        "would restore" if run.dry_run else "restored",
+        result.restored,
+        result.failed,
+        result.reasons or "none",
+    )
     return result
 
 
-def restore_collection_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, bound: BoundCollection
-                            ) -> RestoreResult:
+def restore_collection_rows(
+    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, bound: BoundCollection
+) -> RestoreResult:
     """Put back one collection's rows from the images the run's log holds, as they were.
 
     A row is put back only when every object it forms is in the store (`rows_missing_objects`: the keys it
@@ -322,19 +360,32 @@ def restore_collection_rows(conn: psycopg.Connection, s3, run: RunRef, plan: Res
     if run.dry_run:
         result.restored, result.failed = len(ready), len(refused)
         return result
-    insert = sql.SQL(queries.load("restore/insert_collection_rows")).format(table=c.table_identifier,
-                                                                           id=sql.Identifier(c.id))
+    insert = sql.SQL(queries.load("restore/insert_collection_rows")).format(
+        table=c.table_identifier, id=sql.Identifier(c.id)
+    )
     with conn.transaction():
         put_back = {r[0] for r in conn.execute(insert, {"images": json.dumps([row.image for row in ready])})}
-    outcomes = [(row.item, None, "restored" if row.id in put_back else "not_restored",
-                 None if row.id in put_back else "a row with this id exists again; it was left as it is")
-                for row in ready]
+    outcomes = [
+        (
+            row.item,
+            None,
+            "restored" if row.id in put_back else "not_restored",
+            None if row.id in put_back else "a row with this id exists again; it was left as it is",
+        )
+        for row in ready
+    ]
     outcomes += [(item, None, "failed", reason) for item, reason in refused.items()]
     record_items(conn, run, plan, "row", "", outcomes)
     for _, _, outcome, detail in outcomes:
         result.note(outcome, detail if outcome != "restored" else None)
-    log.info("collection %s: restored %d rows of %s; %d not restored, %d failed", bound.name, result.restored,
-             c.table, result.not_restored, result.failed)
+    log.info(
+        "collection %s: restored %d rows of %s; %d not restored, %d failed",
+        bound.name,
+        result.restored,
+        c.table,
+        result.not_restored,
+        result.failed,
+    )
     return result
 
 
@@ -355,12 +406,17 @@ def logged_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bound:
     JSON text (a number's or a timestamp's JSON text may differ from PostgreSQL's)."""
     c = bound.collection
     statement = bound.statement("restore/select_logged_rows", keys=bound.key_array("r"))
-    return [LoggedRow(bucket, item, row_id, image, list(keys)) for bucket, item, row_id, image, keys in conn.execute(
-        statement, {**plan.params(run), "source": c.source, "table": c.table})]
+    return [
+        LoggedRow(bucket, item, row_id, image, list(keys))
+        for bucket, item, row_id, image, keys in conn.execute(
+            statement, {**plan.params(run), "source": c.source, "table": c.table}
+        )
+    ]
 
 
-def rows_missing_objects(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, rows: list[LoggedRow]
-                         ) -> dict[str, str]:
+def rows_missing_objects(
+    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, rows: list[LoggedRow]
+) -> dict[str, str]:
     """Of `rows`, those forming a key whose object is not in the store now, each with why: {item: reason}.
 
     Every key each row forms is checked (HEAD, or a listing where the keys are dense), a key it shares with
@@ -387,42 +443,75 @@ def rows_missing_objects(conn: psycopg.Connection, s3, run: RunRef, plan: Restor
         for item, reason in refused.items():
             by_reason[reason].append(item)
         for reason, items in by_reason.items():
-            log.warning("%s %d rows (%s): %s", "would not put back" if run.dry_run else "did not put back",
-                        len(items), ", ".join(items[:5]) + (", ..." if len(items) > 5 else ""), reason)
+            log.warning(
+                "%s %d rows (%s): %s",
+                "would not put back" if run.dry_run else "did not put back",
+                len(items),
+                ", ".join(items[:5]) + (", ..." if len(items) > 5 else ""),
+                reason,
+            )
     return refused
 
 
-def why_missing(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bucket: str, keys: list[str]
-                ) -> dict[str, str]:
+def why_missing(
+    conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bucket: str, keys: list[str]
+) -> dict[str, str]:
     """Why each of `keys` (missing from the store) keeps its row out, from the deletion log; a key the run being
     undone found absent (or, in a dry run, deleted itself) is left out, and so is one no blobgc run deleted (its
     owed deletion cancelled by this restore, or never drained): the row had no such object before the run either,
     and is put back as it was."""
     why: dict[str, str] = {}
-    for key, absent, dag_id, run_id in conn.execute(queries.load("restore/select_key_deletions"), {
-            "bucket": bucket, "keys": keys, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id}):
+    for key, absent, dag_id, run_id in conn.execute(
+        queries.load("restore/select_key_deletions"),
+        {"bucket": bucket, "keys": keys, "dag_id": plan.source_dag_id, "run_id": plan.source_run_id},
+    ):
         if absent:
             continue
         if (dag_id, run_id) == (plan.source_dag_id, plan.source_run_id):
             if not run.dry_run:
                 why[key] = MISSING_AFTER_RESTORE
         elif dag_id is not None:
-            why[key] = (f"its object {key} was deleted by {dag_id} run {run_id!r}, whose undo is not part of this "
-                        "restore, so the row was not put back: restore that run first, then this one again")
+            why[key] = (
+                f"its object {key} was deleted by {dag_id} run {run_id!r}, whose undo is not part of this "
+                "restore, so the row was not put back: restore that run first, then this one again"
+            )
         else:
-            log.warning("object %s of a row put back is missing, but no blobgc run deleted it: it was missing before "
-                        "%s run %s too, so the row is put back as it was", key, plan.source_dag_id, plan.source_run_id)
+            log.warning(
+                "object %s of a row put back is missing, but no blobgc run deleted it: it was missing before "
+                "%s run %s too, so the row is put back as it was",
+                key,
+                plan.source_dag_id,
+                plan.source_run_id,
+            )
     return why
 
 
-def record_items(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, kind: str, bucket: str,
-                 outcomes: list[tuple[str, str | None, str, str | None]]) -> None:
+def record_items(
+    conn: psycopg.Connection,
+    run: RunRef,
+    plan: RestorePlan,
+    kind: str,
+    bucket: str,
+    outcomes: list[tuple[str, str | None, str, str | None]],
+) -> None:
     with conn.transaction():
-        conn.cursor().executemany(queries.load("restore/insert_restore_item"), [
-            {"restore_run_id": run.run_id, "source_dag_id": plan.source_dag_id, "source_run_id": plan.source_run_id,
-             "kind": kind, "bucket": bucket, "item": item, "version_id": version, "outcome": outcome,
-             "detail": detail}
-            for item, version, outcome, detail in outcomes])
+        conn.cursor().executemany(
+            queries.load("restore/insert_restore_item"),
+            [
+                {
+                    "restore_run_id": run.run_id,
+                    "source_dag_id": plan.source_dag_id,
+                    "source_run_id": plan.source_run_id,
+                    "kind": kind,
+                    "bucket": bucket,
+                    "item": item,
+                    "version_id": version,
+                    "outcome": outcome,
+                    "detail": detail,
+                }
+                for item, version, outcome, detail in outcomes
+            ],
+        )
 
 
 def summarize_restore(conn: psycopg.Connection, run: RunRef) -> dict:
@@ -432,10 +521,14 @@ def summarize_restore(conn: psycopg.Connection, run: RunRef) -> dict:
         return {}
     summary: dict[str, dict[str, int]] = defaultdict(dict)
     reasons: dict[str, dict[str, int]] = {"not_restored": {}, "failed": {}}
-    for kind, outcome, detail, n in conn.execute(queries.load("restore/summarize_restore"),
-                                                 {"restore_run_id": run.run_id}):
+    for kind, outcome, detail, n in conn.execute(
+        queries.load("restore/summarize_restore"), {"restore_run_id": run.run_id}
+    ):
         summary[kind][outcome] = summary[kind].get(outcome, 0) + n
         if outcome in reasons and detail:
             reasons[outcome][detail] = reasons[outcome].get(detail, 0) + n
-    return {"items": dict(summary), "not_restored_because": reasons["not_restored"],
-            "failed_because": reasons["failed"]}
+    return {
+        "items": dict(summary),
+        "not_restored_because": reasons["not_restored"],
+        "failed_because": reasons["failed"],
+    }

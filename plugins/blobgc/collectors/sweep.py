@@ -12,12 +12,13 @@ outbox (`blobgc.core.outbox.delete_owed_objects`), which counts only those that 
 table `blobgc.mark_<name>` (see `blobgc.collectors.mark`). A collection that names a `created_at`
 column never loses a row created after the cut-off, whatever its mark says.
 """
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -35,8 +36,8 @@ from blobgc.core.plans import (
     restart_planning,
 )
 from blobgc.core.references import (
-    ReferenceSet,
     ReferencesChanged,
+    ReferenceSet,
     check_unchanged,
     discover_references,
     referenced_ids_query,
@@ -82,20 +83,33 @@ def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> 
     c = bound.collection
     b = sql.Identifier("b")
     size = sql.SQL("{b}.{col}").format(b=b, col=sql.Identifier(c.size)) if c.size else sql.SQL("NULL::bigint")
-    created_before = (sql.SQL("t.{c} < %(cutoff)s").format(c=sql.Identifier(c.created_at)) if c.created_at
-                      else sql.SQL("true"))
-    parts = {"unreferenced": unreferenced_condition(refs, "b"), "keys": bound.key_array("b"), "size": size,
-             "created_before": created_before,
-             "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED")}
+    created_before = (
+        sql.SQL("t.{c} < %(cutoff)s").format(c=sql.Identifier(c.created_at)) if c.created_at else sql.SQL("true")
+    )
+    parts = {
+        "unreferenced": unreferenced_condition(refs, "b"),
+        "keys": bound.key_array("b"),
+        "size": size,
+        "created_before": created_before,
+        "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED"),
+    }
 
     def load(name: str) -> sql.Composed:
         return bound.statement(name, **parts)
 
     if c.column_mode:
-        return SweepStatements(load("sweep/select_unused_blobs"), load("sweep/delete_blobs"),
-                               load("sweep/select_unreferenced_blobs"), load("sweep/update_blobs_used"))
-    return SweepStatements(load("collections/select_unused_rows"), load("collections/delete_rows"),
-                           load("collections/select_unreferenced_rows"), load("collections/delete_marks"))
+        return SweepStatements(
+            load("sweep/select_unused_blobs"),
+            load("sweep/delete_blobs"),
+            load("sweep/select_unreferenced_blobs"),
+            load("sweep/update_blobs_used"),
+        )
+    return SweepStatements(
+        load("collections/select_unused_rows"),
+        load("collections/delete_rows"),
+        load("collections/select_unreferenced_rows"),
+        load("collections/delete_marks"),
+    )
 
 
 def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids: list[str]) -> list[tuple]:
@@ -122,9 +136,17 @@ def range_part(key_range: KeyRange, collection: str = APP_BLOB.name) -> str:
     return ids if collection == APP_BLOB.name else f"{collection} {ids}"
 
 
-def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet,
-                found: SweepStatements, *, part: str, params: dict, item: PlanItem | None = None
-                ) -> tuple[list, list, list[str], list[str], int] | None:
+def sweep_batch(
+    conn: psycopg.Connection,
+    run: RunRef,
+    bound: BoundCollection,
+    refs: ReferenceSet,
+    found: SweepStatements,
+    *,
+    part: str,
+    params: dict,
+    item: PlanItem | None = None,
+) -> tuple[list, list, list[str], list[str], int] | None:
     """One batch in one transaction: claim, delete what no reference points at, log and owe its objects.
 
     Returns (claimed rows, deleted rows, kept ids, owed keys, bytes), or None when no row is left.
@@ -153,15 +175,30 @@ def sweep_batch(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, r
         if kept and not run.dry_run:
             conn.execute(found.forget_kept, {"ids": kept})
         keys, sizes_out = owned_objects(deleted)
-        record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes_out,
-                         rows=[image for *_, image in deleted if image is not None], part=part)
+        record_deletions(
+            conn,
+            run,
+            source=bound.collection.source,
+            bucket=bound.bucket,
+            keys=keys,
+            sizes=sizes_out,
+            rows=[image for *_, image in deleted if image is not None],
+            part=part,
+        )
         batch_bytes = sum(size or 0 for _, size, *_rest in deleted)
         if item is not None:
-            record_outcome(conn, run, item, rows_deleted=len(deleted), objects_owed=len(keys),
-                           skipped_ids=[i for i in item.row_ids or [] if i not in gone])
+            record_outcome(
+                conn,
+                run,
+                item,
+                rows_deleted=len(deleted),
+                objects_owed=len(keys),
+                skipped_ids=[i for i in item.row_ids or [] if i not in gone],
+            )
         if run.dry_run:
-            add_counts(conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part,
-                       collection=bound.name)
+            add_counts(
+                conn, run, rows=len(deleted), objects=len(keys), bytes_=batch_bytes, part=part, collection=bound.name
+            )
         else:
             add_counts(conn, run, rows=len(deleted), collection=bound.name)
     return batch, deleted, kept, keys, batch_bytes
@@ -181,16 +218,24 @@ def owned_objects(rows: list[tuple]) -> tuple[list[str], list[int | None]]:
     return keys, sizes
 
 
-def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found: SweepStatements, item: PlanItem,
-                         ids: list) -> list:
+def unchanged_since_plan(
+    conn: psycopg.Connection, bound: BoundCollection, found: SweepStatements, item: PlanItem, ids: list
+) -> list:
     """The claimed `ids` whose objects are still the plan item's; a row whose key columns changed since the plan
     was made (its keys would not be the plan's) is left out: skipped, never deleted."""
     planned = set(item.keys)
-    changed = {str(row_id) for row_id, _size, formed in conn.execute(found.preview, {"ids": ids}).fetchall()
-               if not {key for key in formed if key is not None} <= planned}
+    changed = {
+        str(row_id)
+        for row_id, _size, formed in conn.execute(found.preview, {"ids": ids}).fetchall()
+        if not {key for key in formed if key is not None} <= planned
+    }
     if changed:
-        log.warning("%s: %d planned rows have other objects now than when the plan was made: skipped (%s)",
-                    bound.name, len(changed), sorted(changed)[:5])
+        log.warning(
+            "%s: %d planned rows have other objects now than when the plan was made: skipped (%s)",
+            bound.name,
+            len(changed),
+            sorted(changed)[:5],
+        )
     return [i for i in ids if str(i) not in changed]
 
 
@@ -198,8 +243,15 @@ def unchanged_since_plan(conn: psycopg.Connection, bound: BoundCollection, found
 NOT_PLANNED_COUNTS = ("considered", "planned", "referenced", "not_marked", "within_grace", "young_created_at")
 
 
-def count_not_planned(conn: psycopg.Connection, bound: BoundCollection, refs: ReferenceSet, *, cutoff: datetime,
-                      grace: timedelta, key_range: KeyRange = (None, None)) -> dict[str, Any]:
+def count_not_planned(
+    conn: psycopg.Connection,
+    bound: BoundCollection,
+    refs: ReferenceSet,
+    *,
+    cutoff: datetime,
+    grace: timedelta,
+    key_range: KeyRange = (None, None),
+) -> dict[str, Any]:
     """Why the rows of one id range are or are not in the plan, in one set-based statement: the first run on a fresh
     install then says why it plans nothing (not marked yet, or unused but within the grace) and when it will.
 
@@ -209,27 +261,42 @@ def count_not_planned(conn: psycopg.Connection, bound: BoundCollection, refs: Re
     moment a row of the last two becomes eligible: the later of its unused-since and created_at, plus `grace`.
     """
     c = bound.collection
-    created_at = (sql.SQL("t.{c}::timestamptz").format(c=sql.Identifier(c.created_at)) if c.created_at
-                  else sql.SQL("NULL::timestamptz"))
+    created_at = (
+        sql.SQL("t.{c}::timestamptz").format(c=sql.Identifier(c.created_at))
+        if c.created_at
+        else sql.SQL("NULL::timestamptz")
+    )
     # the plan takes a row only if `created_at < cutoff`: a NULL created_at is never planned, nor ever eligible
     young = sql.SQL("coalesce({c} >= %(cutoff)s, true)").format(c=created_at) if c.created_at else sql.SQL("false")
     never = sql.SQL("{c} IS NULL").format(c=created_at) if c.created_at else sql.SQL("false")
-    parts: dict[str, sql.Composable] = {"created_at": created_at, "young": young, "never_eligible": never,
-                                        "referenced": referenced_ids_query(refs, "range")}
+    parts: dict[str, sql.Composable] = {
+        "created_at": created_at,
+        "young": young,
+        "never_eligible": never,
+        "referenced": referenced_ids_query(refs, "range"),
+    }
     if c.column_mode:  # app_blob's own columns
         parts.update(unused=sql.SQL("t.unused"), unused_since=sql.SQL("t.updated_at"), mark_join=sql.SQL(""))
     else:  # blobgc.mark_<name>; before the collection's first real mark there is none: no row has been found unused
-        marks = c.mark_table if bound.mark_table_exists(conn) else sql.SQL(
-            "(SELECT NULL::{t} AS id, NULL::timestamptz AS unused_since WHERE false)").format(t=sql.SQL(bound.id_type))
-        parts.update(unused=sql.SQL("m.id IS NOT NULL"), unused_since=sql.SQL("m.unused_since"),
-                     mark_join=sql.SQL("LEFT JOIN {marks} AS m ON m.id = t.{id}").format(
-                         marks=marks, id=sql.Identifier(c.id)))
+        marks = (
+            c.mark_table
+            if bound.mark_table_exists(conn)
+            else sql.SQL("(SELECT NULL::{t} AS id, NULL::timestamptz AS unused_since WHERE false)").format(
+                t=sql.SQL(bound.id_type)
+            )
+        )
+        parts.update(
+            unused=sql.SQL("m.id IS NOT NULL"),
+            unused_since=sql.SQL("m.unused_since"),
+            mark_join=sql.SQL("LEFT JOIN {marks} AS m ON m.id = t.{id}").format(marks=marks, id=sql.Identifier(c.id)),
+        )
     statement = bound.statement("sweep/count_row_states", **parts)
     row = conn.execute(statement, {"cutoff": cutoff, "lo": key_range[0], "hi": key_range[1]}).fetchone()
     counts: dict[str, Any] = {name: int(n) for name, n in zip(NOT_PLANNED_COUNTS, row[:-1], strict=True)}
     waiting_since = row[-1]
-    counts["first_eligible_at"] = ((waiting_since + grace).astimezone(timezone.utc).isoformat()
-                                   if waiting_since is not None else None)
+    counts["first_eligible_at"] = (
+        (waiting_since + grace).astimezone(UTC).isoformat() if waiting_since is not None else None
+    )
     counts["grace_hours"] = grace.total_seconds() / 3600
     return counts
 
@@ -243,8 +310,10 @@ def merge_not_planned(entries: Iterable[Mapping[str, Mapping[str, Any]]]) -> dic
             for n in NOT_PLANNED_COUNTS:
                 into[n] += int(counts.get(n) or 0)
             first = counts.get("first_eligible_at")
-            if first and (into["first_eligible_at"] is None
-                          or datetime.fromisoformat(first) < datetime.fromisoformat(into["first_eligible_at"])):
+            if first and (
+                into["first_eligible_at"] is None
+                or datetime.fromisoformat(first) < datetime.fromisoformat(into["first_eligible_at"])
+            ):
                 into["first_eligible_at"] = first
             if counts.get("grace_hours") is not None:
                 into["grace_hours"] = max(float(counts["grace_hours"]), float(into.get("grace_hours", 0)))
@@ -256,12 +325,14 @@ def explain_not_planned(name: str, counts: Mapping[str, Any]) -> str:
     hours = counts.get("grace_hours")
     grace = f"{hours:g} h" if hours is not None else "the grace"
     first = counts.get("first_eligible_at")
-    when = f"{datetime.fromisoformat(first).astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC" if first else None
+    when = f"{datetime.fromisoformat(first).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if first else None
     within, young = int(counts.get("within_grace", 0)), int(counts.get("young_created_at", 0))
     parts = [f"{int(counts.get('planned', 0)):,} planned"]
     if when and not young:
-        parts.append(f"{within:,} unused but within their grace until {when} (grace {grace} from the mark that "
-                     "found them unused)")
+        parts.append(
+            f"{within:,} unused but within their grace until {when} (grace {grace} from the mark that "
+            "found them unused)"
+        )
     else:
         parts.append(f"{within:,} unused but within their grace ({grace} from the mark that found them unused)")
     if young:
@@ -269,8 +340,10 @@ def explain_not_planned(name: str, counts: Mapping[str, Any]) -> str:
     parts.append(f"{int(counts.get('referenced', 0)):,} referenced")
     not_marked = int(counts.get("not_marked", 0))
     if not_marked:
-        parts.append(f"{not_marked:,} not marked unused yet (no mark has found them unused since they appeared: run "
-                     "blobgc_mark first; the grace counts from the first mark)")
+        parts.append(
+            f"{not_marked:,} not marked unused yet (no mark has found them unused since they appeared: run "
+            "blobgc_mark first; the grace counts from the first mark)"
+        )
     line = f"{name}: {int(counts.get('considered', 0)):,} rows considered: " + ", ".join(parts)
     if when and young:
         line += f"; the first of them becomes eligible at {when}"
@@ -300,8 +373,16 @@ class NotPlannedReport(TaskResult):
         return merged
 
 
-def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
-                    cutoff: datetime, batch_size: int = 1000, key_range: KeyRange = (None, None)) -> SweepResult:
+def plan_collection(
+    conn: psycopg.Connection,
+    run: RunRef,
+    bound: BoundCollection,
+    refs: ReferenceSet,
+    *,
+    cutoff: datetime,
+    batch_size: int = 1000,
+    key_range: KeyRange = (None, None),
+) -> SweepResult:
     """Plan the sweep of one id range of a collection: every row unused since before `cutoff` that no reference
     points at now, a batch at a time, into `run`'s plan (`blobgc.core.plans`) with the objects it owns.
 
@@ -313,8 +394,9 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
     lo, hi = key_range
     part = range_part(key_range, bound.name)
     restart_planning(conn, run, part)
-    grace = (run.reference_time - cutoff if run.reference_time is not None
-             else timedelta(hours=bound.collection.grace_hours))
+    grace = (
+        run.reference_time - cutoff if run.reference_time is not None else timedelta(hours=bound.collection.grace_hours)
+    )
     counts = count_not_planned(conn, bound, refs, cutoff=cutoff, grace=grace, key_range=key_range)
     log.info("%s", explain_not_planned(f"{bound.name} {range_part(key_range)}", counts))
     result = SweepResult(not_planned={bound.name: counts})
@@ -325,22 +407,35 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
     after: str | None = None
     while True:
         with conn.transaction():
-            batch = conn.execute(found.select_batch, {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi,
-                                                      "batch_size": batch_size, "plan_ids": None}).fetchall()
+            batch = conn.execute(
+                found.select_batch,
+                {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size, "plan_ids": None},
+            ).fetchall()
             if not batch:
                 break
             after = batch[-1][0]
             rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
             keys, sizes = owned_objects(rows)
-            add_plan_item(conn, run, part=part, collection=bound.name, source=bound.collection.source,
-                          bucket=bound.bucket, keys=keys, sizes=sizes, row_ids=[str(r[0]) for r in rows],
-                          modified_before=cutoff)
+            add_plan_item(
+                conn,
+                run,
+                part=part,
+                collection=bound.name,
+                source=bound.collection.source,
+                bucket=bound.bucket,
+                keys=keys,
+                sizes=sizes,
+                row_ids=[str(r[0]) for r in rows],
+                modified_before=cutoff,
+            )
             batch_bytes = sum(size or 0 for _, size, _ in rows)
             if run.dry_run:
-                record_deletions(conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys,
-                                 sizes=sizes, part=part)
-                add_counts(conn, run, rows=len(rows), objects=len(keys), bytes_=batch_bytes, part=part,
-                           collection=bound.name)
+                record_deletions(
+                    conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes, part=part
+                )
+                add_counts(
+                    conn, run, rows=len(rows), objects=len(keys), bytes_=batch_bytes, part=part, collection=bound.name
+                )
         result.batches += 1
         result.rows_deleted += len(rows)
         result.objects_owed += len(keys)
@@ -350,9 +445,16 @@ def plan_collection(conn: psycopg.Connection, run: RunRef, bound: BoundCollectio
             result.sample_keys += keys[: SAMPLE_KEYS - len(result.sample_keys)]
         if len(batch) < batch_size:
             break
-    log.info("%s %s: the plan deletes %d rows, %d objects (%s); %d referenced rows are not in it; sample keys: %s",
-             bound.name, part, result.rows_deleted, result.objects_owed, human_bytes(result.bytes_owed),
-             result.kept_referenced, result.sample_keys[:5])
+    log.info(
+        "%s %s: the plan deletes %d rows, %d objects (%s); %d referenced rows are not in it; sample keys: %s",
+        bound.name,
+        part,
+        result.rows_deleted,
+        result.objects_owed,
+        human_bytes(result.bytes_owed),
+        result.kept_referenced,
+        result.sample_keys[:5],
+    )
     return result
 
 
@@ -364,8 +466,9 @@ class PlanExecution(SweepResult):
     skipped_rereferenced: int = 0
 
 
-def execute_plan_part(conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *,
-                      cutoff: datetime, part: str) -> PlanExecution:
+def execute_plan_part(
+    conn: psycopg.Connection, run: RunRef, bound: BoundCollection, refs: ReferenceSet, *, cutoff: datetime, part: str
+) -> PlanExecution:
     """Delete exactly the rows of one part of `run`'s plan, an item (a batch) per transaction, re-checking each.
 
     Each row is claimed again with FOR UPDATE SKIP LOCKED only if it is still unused since before `cutoff`, and
@@ -380,10 +483,23 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, bound: BoundCollect
         ids = item.row_ids or []
         while True:
             try:
-                done = sweep_batch(conn, run, bound, refs, found, part=part, item=item, params={
-                    "cutoff": item_cutoff(item, cutoff), "after": None, "lo": None, "hi": None,
-                    "batch_size": max(len(ids), 1),
-                    "plan_ids": ids})
+                done = sweep_batch(
+                    conn,
+                    run,
+                    bound,
+                    refs,
+                    found,
+                    part=part,
+                    item=item,
+                    params={
+                        "cutoff": item_cutoff(item, cutoff),
+                        "after": None,
+                        "lo": None,
+                        "hi": None,
+                        "batch_size": max(len(ids), 1),
+                        "plan_ids": ids,
+                    },
+                )
                 break
             except ReferencesChanged:
                 log.warning("the foreign keys to %s changed during the sweep: discovering them again", refs.table)
@@ -399,7 +515,15 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, bound: BoundCollect
         result.objects_owed += len(keys)
         result.bytes_owed += batch_bytes
         result.skipped_rereferenced += len(ids) - len(deleted)
-    log.info("%s %s: %d plan items; deleted %d rows, %d objects (%s) owed; %d rows skipped: referenced again, or "
-             "no longer unused since before the cut-off", bound.name, part, result.items, result.rows_deleted,
-             result.objects_owed, human_bytes(result.bytes_owed), result.skipped_rereferenced)
+    log.info(
+        "%s %s: %d plan items; deleted %d rows, %d objects (%s) owed; %d rows skipped: referenced again, or "
+        "no longer unused since before the cut-off",
+        bound.name,
+        part,
+        result.items,
+        result.rows_deleted,
+        result.objects_owed,
+        human_bytes(result.bytes_owed),
+        result.skipped_rereferenced,
+    )
     return result

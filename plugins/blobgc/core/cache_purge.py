@@ -9,6 +9,7 @@ On Redis Cluster a variadic `UNLINK` must not span hash slots (CROSSSLOT): the k
 slot, one `UNLINK` per slot group, still pipelined (the cluster client sends each node its commands).
 Standalone Redis keeps one variadic `UNLINK` per 1000 keys.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,9 @@ def unlink_groups(redis, keys: Sequence[str]) -> list[Sequence[str]]:
 def owe_cache_purge(conn: psycopg.Connection, run: RunRef, keys: Sequence[str]) -> None:
     """Owe the purge of `keys`; call inside the transaction that deletes their rows."""
     if keys and not run.dry_run:
-        conn.execute(queries.load("cache/insert_cache_purge"),
-                     {"dag_id": run.dag_id, "run_id": run.run_id, "keys": list(keys)})
+        conn.execute(
+            queries.load("cache/insert_cache_purge"), {"dag_id": run.dag_id, "run_id": run.run_id, "keys": list(keys)}
+        )
 
 
 def owed_cache_keys(conn: psycopg.Connection, dag_id: str) -> int:
@@ -87,9 +89,11 @@ def purge_owed_cache_keys(
     while True:
         failure: RedisError | None = None
         with conn.transaction():
-            rows = conn.execute(queries.load("cache/claim_cache_purges"),
-                                {"dag_id": run.dag_id, "after": after, "limit": rows_per_round_trip},
-                                binary=True).fetchall()
+            rows = conn.execute(
+                queries.load("cache/claim_cache_purges"),
+                {"dag_id": run.dag_id, "after": after, "limit": rows_per_round_trip},
+                binary=True,
+            ).fetchall()
             if not rows:
                 break
             after = rows[-1][0]
@@ -104,14 +108,17 @@ def purge_owed_cache_keys(
                 found = sum(pipe.execute())
             except RedisError as error:
                 failure = error
-                conn.execute(queries.load("cache/record_cache_purge_failure"),
-                             {"ids": ids, "error": f"{type(error).__name__}: {error}"})
+                conn.execute(
+                    queries.load("cache/record_cache_purge_failure"),
+                    {"ids": ids, "error": f"{type(error).__name__}: {error}"},
+                )
             else:
                 conn.execute(queries.load("cache/delete_cache_purges"), {"ids": ids})
         if failure is not None:
             owed = owed_cache_keys(conn, run.dag_id)
-            raise CachePurgeError(f"Redis failed ({failure}); {owed} cache keys stay owed for the next attempt") \
-                from failure
+            raise CachePurgeError(
+                f"Redis failed ({failure}); {owed} cache keys stay owed for the next attempt"
+            ) from failure
         result.keys_purged += n_keys
         result.keys_found += found
         result.round_trips += 1

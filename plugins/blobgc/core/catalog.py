@@ -1,4 +1,5 @@
 """What the database's catalog says about tables blobgc reads or keeps: the one place that asks whether they exist."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

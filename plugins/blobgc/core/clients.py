@@ -3,6 +3,7 @@
 `blobgc.dag_kit.connections` builds the same clients from Airflow connections, through the providers'
 hooks; tests and benchmarks use the `*_from_env` functions here.
 """
+
 from __future__ import annotations
 
 import os

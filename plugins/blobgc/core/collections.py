@@ -40,6 +40,7 @@ digits, a uuid is lower-case hex) is of no template's shape: reconcile reports i
 other collection keeps it in blobgc's own table `blobgc.mark_<name>`, and no column is ever added
 to a user's table.
 """
+
 from __future__ import annotations
 
 import logging
@@ -76,7 +77,7 @@ Identifier = Annotated[str, StringConstraints(pattern=rf"^{IDENTIFIER}$")]
 Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,47}$")]
 # The text forms PostgreSQL gives a value of these types (`value::text`), exactly: a placeholder of such a column can
 # only read a value of this form back, so a candidate value outside it cannot be any row's (and casts without error).
-INTEGER_RANGES = {"smallint": 2 ** 15, "integer": 2 ** 31, "bigint": 2 ** 63}
+INTEGER_RANGES = {"smallint": 2**15, "integer": 2**31, "bigint": 2**63}
 CANONICAL_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 NUMERIC_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?|NaN|-?Infinity")
@@ -87,7 +88,9 @@ MAX_READINGS = 64  # readings of one key by one template beyond which its look-u
 EXPECTED = {  # what a field that fails its pattern must look like
     "name": "is not a collection name: lower case letters, digits and _, starting with a letter, at most 48",
     "table": "is not a schema-qualified table name such as app.blob",
-    "id": "is not a column name", "created_at": "is not a column name", "size": "is not a column name",
+    "id": "is not a column name",
+    "created_at": "is not a column name",
+    "size": "is not a column name",
     "bucket": "is not an S3 bucket name",
 }
 
@@ -142,8 +145,10 @@ class KeyTemplate:
             if spec or conversion:
                 raise ValueError(f"{text!r}: placeholder {{{name}}} may not have a format or conversion")
             if previous is not None and not pending:
-                raise ValueError(f"{text!r}: placeholders must be separated by literal text: "
-                                 f"{{{previous}}}{{{name}}} cannot be told apart in a key")
+                raise ValueError(
+                    f"{text!r}: placeholders must be separated by literal text: "
+                    f"{{{previous}}}{{{name}}} cannot be told apart in a key"
+                )
             parts.append((pending, name))
             pending, previous = "", name
         parts.append((pending, None))  # the literal that closes the key (empty after a last placeholder)
@@ -152,8 +157,9 @@ class KeyTemplate:
             raise ValueError(f"{text!r} has no {{placeholder}}: every row would own the same key")
         prefix = parts[0][0]
         if not prefix:
-            raise ValueError(f"{text!r} must start with literal text (its prefix, which reconcile lists), "
-                             "not with a placeholder")
+            raise ValueError(
+                f"{text!r} must start with literal text (its prefix, which reconcile lists), not with a placeholder"
+            )
         return cls(text, prefix, tuple(parts))
 
     @property
@@ -166,8 +172,9 @@ class KeyTemplate:
             return None
         return "".join(literal + ("" if name is None else str(values[name])) for literal, name in self.parts)
 
-    def readings(self, key: str, fits: Mapping[str, Any] | None = None, limit: int = MAX_READINGS + 1
-                 ) -> list[dict[str, str]]:
+    def readings(
+        self, key: str, fits: Mapping[str, Any] | None = None, limit: int = MAX_READINGS + 1
+    ) -> list[dict[str, str]]:
         """Every way `key` splits into this template's literals and placeholder values (a value may hold any
         character, `/` included), each value fitting its column's text form (`fits`: column -> predicate); at most
         `limit`. `{checksum}.{kind}` reads `x.tar.gz` two ways: ("x.tar", "gz") and ("x", "tar.gz"). A reading only
@@ -318,8 +325,9 @@ def describe_field(loc: Iterable[Any]) -> str:
     return field or "(the collection itself)"
 
 
-def parse_collections(text: str, *, source: str = "collections file", default_bucket: str = "blobgc"
-                      ) -> dict[str, Collection]:
+def parse_collections(
+    text: str, *, source: str = "collections file", default_bucket: str = "blobgc"
+) -> dict[str, Collection]:
     """Check the text of a collections file for shape; raise CollectionsError naming the collection and field."""
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
@@ -346,14 +354,21 @@ def parse_collections(text: str, *, source: str = "collections file", default_bu
         raise CollectionsError(f"{source}: `collections` is empty; declare at least one")
     for c in found.values():
         if c.column_mode and c.keys != APP_BLOB.keys:  # its objects are judged by seed 000's own layout
-            raise CollectionsError(f"{source}: collection {c.name!r}, field 'keys': app_blob on app.blob keeps seed "
-                                   f"000's objects, {APP_BLOB.keys}; declare other keys as a collection of its own")
+            raise CollectionsError(
+                f"{source}: collection {c.name!r}, field 'keys': app_blob on app.blob keeps seed "
+                f"000's objects, {APP_BLOB.keys}; declare other keys as a collection of its own"
+            )
     check_prefixes(found, source=source, default_bucket=default_bucket)
     return found
 
 
-def check_prefixes(collections: Mapping[str, Collection], *, source: str, default_bucket: str,
-                   reserved: Iterable[tuple[str, str, str]] = ()) -> None:
+def check_prefixes(
+    collections: Mapping[str, Collection],
+    *,
+    source: str,
+    default_bucket: str,
+    reserved: Iterable[tuple[str, str, str]] = (),
+) -> None:
     """No two collections under overlapping prefixes of one bucket, nor a collection under a prefix blobgc's own
     seed layouts hold there (`reserved`: (bucket, prefix, the layout's table)): reconcile would judge one's keys by
     the other's rows, and each would delete the other's live objects."""
@@ -367,13 +382,15 @@ def check_prefixes(collections: Mapping[str, Collection], *, source: str, defaul
                     raise CollectionsError(
                         f"{source}: collection {c.name!r}, field 'keys': prefix {prefix!r} overlaps the prefix "
                         f"{seed_prefix!r} of blobgc's own objects of table {table} in bucket {bucket!r}; give the "
-                        "collection its own prefix (or bucket)")
+                        "collection its own prefix (or bucket)"
+                    )
             for other_bucket, other_prefix, other in claimed:
                 if other != c.name and other_bucket == bucket and overlap(prefix, other_prefix):
                     raise CollectionsError(
                         f"{source}: collection {c.name!r}, field 'keys': prefix {prefix!r} overlaps collection "
                         f"{other!r}'s prefix {other_prefix!r} in bucket {bucket!r}; give each collection its own "
-                        "prefix (or bucket)")
+                        "prefix (or bucket)"
+                    )
             claimed.append((bucket, prefix, c.name))
 
 
@@ -388,8 +405,9 @@ def load_collections(path: Path | None = None, *, default_bucket: str = "blobgc"
     try:
         text = path.read_text()
     except OSError as error:
-        raise CollectionsError(f"cannot read the collections file {path} ({error.strerror or error}); "
-                               "set BLOBGC_COLLECTIONS to its path") from error
+        raise CollectionsError(
+            f"cannot read the collections file {path} ({error.strerror or error}); set BLOBGC_COLLECTIONS to its path"
+        ) from error
     return parse_collections(text, source=file_named(path), default_bucket=default_bucket)
 
 
@@ -400,8 +418,10 @@ def select(collections: Mapping[str, Collection], names: Iterable[str] | None) -
     wanted = list(dict.fromkeys(names))
     unknown = [n for n in wanted if n not in collections]
     if unknown:
-        raise CollectionsError(f"Param collections names {unknown}, which the {file_named()} does not "
-                               f"declare (it has {sorted(collections)})")
+        raise CollectionsError(
+            f"Param collections names {unknown}, which the {file_named()} does not "
+            f"declare (it has {sorted(collections)})"
+        )
     return [collections[n] for n in wanted]
 
 
@@ -430,8 +450,11 @@ class BoundCollection:
     @cached_property
     def fits(self) -> dict[str, Any]:
         """Column -> a predicate of a value's text form, for the columns whose text form is constrained."""
-        return {column: fit for column, type_name in self.column_types.items()
-                if (fit := text_form_of(type_name)) is not None}
+        return {
+            column: fit
+            for column, type_name in self.column_types.items()
+            if (fit := text_form_of(type_name)) is not None
+        }
 
     @cached_property
     def lookup_queries(self) -> dict[str, tuple[str, str]]:
@@ -445,8 +468,11 @@ class BoundCollection:
 
     def readings(self, key: str) -> list[tuple[KeyTemplate, list[dict[str, str]]]]:
         """(template, its readings of `key`) for every template whose shape `key` has (see `KeyTemplate.readings`)."""
-        return [(t, found) for t in self.collection.templates
-                if key.startswith(t.prefix) and (found := t.readings(key, self.fits))]
+        return [
+            (t, found)
+            for t in self.collection.templates
+            if key.startswith(t.prefix) and (found := t.readings(key, self.fits))
+        ]
 
     def parse_key(self, key: str) -> tuple[KeyTemplate, dict[str, str]] | None:
         """A template whose shape `key` has and one reading of it, or None for a key of no template's shape."""
@@ -460,20 +486,25 @@ class BoundCollection:
     def key_array(self, alias: str | None = None) -> sql.Composed:
         """`ARRAY[...]::text[]` of the keys a row forms, one per template in order (NULL where a column is NULL)."""
         return sql.SQL("ARRAY[{}]::text[]").format(
-            sql.SQL(", ").join(t.expression(alias) for t in self.collection.templates))
+            sql.SQL(", ").join(t.expression(alias) for t in self.collection.templates)
+        )
 
     def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
         """blobgc/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
         c = self.collection
-        return sql.SQL(queries.load(name)).format(table=c.table_identifier, id=sql.Identifier(c.id),
-                                                  type=sql.SQL(self.id_type), marks=c.mark_table, **parts)
+        return sql.SQL(queries.load(name)).format(
+            table=c.table_identifier, id=sql.Identifier(c.id), type=sql.SQL(self.id_type), marks=c.mark_table, **parts
+        )
 
     def rendered_keys(self) -> sql.Composed:
         """A SELECT of (key, false) for every key each row's templates form, for reconcile's inventory anti-join:
         the same expressions (`KeyTemplate.expression`) as every other decision that a row forms a key."""
-        selects = [sql.SQL("SELECT {key}, false FROM {table} WHERE {key} IS NOT NULL").format(
-            key=template.expression(), table=self.collection.table_identifier)
-            for template in self.collection.templates]
+        selects = [
+            sql.SQL("SELECT {key}, false FROM {table} WHERE {key} IS NOT NULL").format(
+                key=template.expression(), table=self.collection.table_identifier
+            )
+            for template in self.collection.templates
+        ]
         return sql.SQL(" UNION ALL ").join(selects)
 
     def mark_table_exists(self, conn: psycopg.Connection) -> bool:
@@ -482,14 +513,21 @@ class BoundCollection:
 
 
 # The demo's app.blob as docs/reference.md §6's example file declares it (what include/collections.yaml holds).
-APP_BLOB = Collection(name=COLUMN_MODE, table=COLUMN_MODE_TABLE, id="id", created_at="created_at", size="size_bytes",
-                      keys=["blobs/{id}/raw", "blobs/{id}/thumbnail"])
+APP_BLOB = Collection(
+    name=COLUMN_MODE,
+    table=COLUMN_MODE_TABLE,
+    id="id",
+    created_at="created_at",
+    size="size_bytes",
+    keys=["blobs/{id}/raw", "blobs/{id}/thumbnail"],
+)
 
 
 def bound_app_blob(bucket: str) -> BoundCollection:
     """APP_BLOB bound without asking the catalog: its columns are docs/reference.md §3's."""
-    return BoundCollection(APP_BLOB, {"id": "text", "created_at": "timestamp with time zone", "size_bytes": "bigint"},
-                           bucket)
+    return BoundCollection(
+        APP_BLOB, {"id": "text", "created_at": "timestamp with time zone", "size_bytes": "bigint"}, bucket
+    )
 
 
 COLLECTION_SOURCE = "collection:"  # the deletion-log source of a collection other than app_blob: collection:<name>
@@ -499,7 +537,7 @@ def collection_of_source(source: str) -> str | None:
     """The collection whose objects a deletion-log source names, or None for a seed's own source."""
     if source == APP_BLOB.source:
         return APP_BLOB.name
-    return source[len(COLLECTION_SOURCE):] if source.startswith(COLLECTION_SOURCE) else None
+    return source[len(COLLECTION_SOURCE) :] if source.startswith(COLLECTION_SOURCE) else None
 
 
 def accounted_keys(conn: psycopg.Connection, bound: BoundCollection, keys: Iterable[str]) -> tuple[set[str], set[str]]:
@@ -528,8 +566,9 @@ def accounted_keys(conn: psycopg.Connection, bound: BoundCollection, keys: Itera
     return accounted, unshaped
 
 
-def keys_formed(conn: psycopg.Connection, bound: BoundCollection, template: KeyTemplate, keys: list[str],
-                values: list[str | None]) -> set[str]:
+def keys_formed(
+    conn: psycopg.Connection, bound: BoundCollection, template: KeyTemplate, keys: list[str], values: list[str | None]
+) -> set[str]:
     """Which of `keys` a row forms with `template`; `values[i]` (or None: any row) narrows key i's look-up to the
     rows whose narrowing column holds it."""
     narrowed, whole = bound.lookup_queries[template.text]
@@ -538,8 +577,9 @@ def keys_formed(conn: psycopg.Connection, bound: BoundCollection, template: KeyT
     exact = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None or lead is None]
     scan = [k for k, v in zip(keys, values, strict=True) if v is None and lead is not None]
     if exact:
-        accounted |= {r[0] for r in conn.execute(narrowed, {"keys": [k for k, _ in exact],
-                                                            "values": [v for _, v in exact]})}
+        accounted |= {
+            r[0] for r in conn.execute(narrowed, {"keys": [k for k, _ in exact], "values": [v for _, v in exact]})
+        }
     if scan:  # too many readings to narrow: one scan of the rows' keys for all of them
         accounted |= {r[0] for r in conn.execute(whole, {"keys": scan})}
     return accounted
@@ -552,13 +592,18 @@ def lookup_queries(bound: BoundCollection) -> dict[str, tuple[str, str]]:
     for template in bound.collection.templates:
         lead = narrowing_column(bound, template)
         formed = template.expression("t")
-        narrow = sql.SQL("true") if lead is None else sql.SQL("t.{c} = x.v::{type}").format(
-            c=sql.Identifier(lead), type=sql.SQL(bound.column_types[lead]))
-        narrowed = sql.SQL("SELECT DISTINCT x.k FROM unnest(%(keys)s::text[], %(values)s::text[]) AS x(k, v) "
-                           "JOIN {table} AS t ON {narrow} AND {formed} = x.k").format(
-            table=table, narrow=narrow, formed=formed)
+        narrow = (
+            sql.SQL("true")
+            if lead is None
+            else sql.SQL("t.{c} = x.v::{type}").format(c=sql.Identifier(lead), type=sql.SQL(bound.column_types[lead]))
+        )
+        narrowed = sql.SQL(
+            "SELECT DISTINCT x.k FROM unnest(%(keys)s::text[], %(values)s::text[]) AS x(k, v) "
+            "JOIN {table} AS t ON {narrow} AND {formed} = x.k"
+        ).format(table=table, narrow=narrow, formed=formed)
         whole = sql.SQL("SELECT DISTINCT {formed} FROM {table} AS t WHERE {formed} = ANY(%(keys)s::text[])").format(
-            formed=formed, table=table)
+            formed=formed, table=table
+        )
         out[template.text] = (narrowed.as_string(None), whole.as_string(None))
     return out
 
@@ -602,8 +647,9 @@ FROM pg_index i WHERE i.indrelid = %(table)s::regclass AND i.indpred IS NULL
 """
 
 
-def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: str,
-         source: str | None = None) -> BoundCollection:
+def bind(
+    conn: psycopg.Connection, collection: Collection, *, default_bucket: str, source: str | None = None
+) -> BoundCollection:
     """Check one collection against the database now; raise CollectionsError naming the file (`source`, default
     `file_named()`), the collection and the field."""
     source = source or file_named()
@@ -615,8 +661,10 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
         raise fail("table", f"table {collection.table} does not exist (or this role cannot see it)")
     if not conn.execute("SELECT has_table_privilege(%s, 'SELECT, DELETE')", (collection.table,)).fetchone()[0]:
         raise fail("table", f"this role needs SELECT and DELETE on {collection.table}")
-    columns = {name: (type_name, category, not_null) for name, type_name, category, not_null
-               in conn.execute(CATALOG_COLUMNS, {"table": collection.table})}
+    columns = {
+        name: (type_name, category, not_null)
+        for name, type_name, category, not_null in conn.execute(CATALOG_COLUMNS, {"table": collection.table})
+    }
 
     def column(field: str, name: str | None) -> None:
         if name is not None and name not in columns:
@@ -628,15 +676,21 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
     for i, template in enumerate(collection.templates):
         for placeholder in template.placeholders:
             if placeholder not in columns:
-                raise fail(f"keys[{i}]", f"placeholder {{{placeholder}}} of {template.text!r} is not a column of "
-                                         f"{collection.table}")
+                raise fail(
+                    f"keys[{i}]",
+                    f"placeholder {{{placeholder}}} of {template.text!r} is not a column of {collection.table}",
+                )
     unique = {name: primary for name, primary in conn.execute(UNIQUE_COLUMNS, {"table": collection.table})}
     if collection.id not in unique or not columns[collection.id][2]:
-        raise fail("id", f"column {collection.id!r} must be the primary key of {collection.table} (or a unique "
-                         "NOT NULL column): a row must be named by its id alone")
+        raise fail(
+            "id",
+            f"column {collection.id!r} must be the primary key of {collection.table} (or a unique "
+            "NOT NULL column): a row must be named by its id alone",
+        )
     if collection.created_at and columns[collection.created_at][1] != "D":
-        raise fail("created_at", f"column {collection.created_at!r} is {columns[collection.created_at][0]}, "
-                                 "not a timestamp")
+        raise fail(
+            "created_at", f"column {collection.created_at!r} is {columns[collection.created_at][0]}, not a timestamp"
+        )
     if collection.size and columns[collection.size][1] != "N":
         raise fail("size", f"column {collection.size!r} is {columns[collection.size][0]}, not a number")
     id_type, id_category = columns[collection.id][0], columns[collection.id][1]
@@ -645,8 +699,9 @@ def bind(conn: psycopg.Connection, collection: Collection, *, default_bucket: st
             check_extra_query(conn, i, text.strip().rstrip(";"), id_type, id_category)
         except ConfigurationError as error:
             raise fail(f"references[{i}]", str(error)) from error
-    return BoundCollection(collection, {name: columns[name][0] for name in collection.columns},
-                           collection.bucket_or(default_bucket))
+    return BoundCollection(
+        collection, {name: columns[name][0] for name in collection.columns}, collection.bucket_or(default_bucket)
+    )
 
 
 def ensure_mark_table(conn: psycopg.Connection, bound: BoundCollection) -> None:
@@ -671,10 +726,17 @@ def warn_unindexed(conn: psycopg.Connection, bound: BoundCollection) -> list[str
         lead = narrowing_column(bound, template)
         if lead is not None and lead not in indexed and lead not in missing:
             missing.append(lead)
-            log.warning("collection %s: no index of %s starts with column %s, which key template %r is read back "
-                        "into: reconcile's check of each page of keys will scan the table (CREATE INDEX CONCURRENTLY "
-                        "ON %s (%s))", bound.name, bound.collection.table, lead, template.text,
-                        bound.collection.table, ", ".join(template.placeholders))
+            log.warning(
+                "collection %s: no index of %s starts with column %s, which key template %r is read back "
+                "into: reconcile's check of each page of keys will scan the table (CREATE INDEX CONCURRENTLY "
+                "ON %s (%s))",
+                bound.name,
+                bound.collection.table,
+                lead,
+                template.text,
+                bound.collection.table,
+                ", ".join(template.placeholders),
+            )
     return missing
 
 
@@ -687,8 +749,14 @@ def warn_slash_values(bound: BoundCollection) -> list[str]:
         for name in template.placeholders:
             if CHARACTER_TYPES.fullmatch(bound.column_types.get(name, "")) and name not in found:
                 found.append(name)
-                log.warning("collection %s: placeholder {%s} of key template %r is %s, whose values may hold '/': such "
-                            "keys are formed and matched exactly, and every key under %r that the template can read "
-                            "is the collection's (an old one no row forms is an orphan)", bound.name, name,
-                            template.text, bound.column_types.get(name), template.prefix)
+                log.warning(
+                    "collection %s: placeholder {%s} of key template %r is %s, whose values may hold '/': such "
+                    "keys are formed and matched exactly, and every key under %r that the template can read "
+                    "is the collection's (an old one no row forms is an orphan)",
+                    bound.name,
+                    name,
+                    template.text,
+                    bound.column_types.get(name),
+                    template.prefix,
+                )
     return found

@@ -20,6 +20,7 @@ downloaded. A report that fails any check raises `InventoryError` and nothing is
 `Engine` is the embedded columnar database the anti-join runs in: DuckDB in a file of its own
 under a scratch directory, its memory bounded by `memory_limit` and the rest spilled to disk.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,28 @@ log = logging.getLogger(__name__)
 REQUIRED_FIELDS = ("Key", "Size", "LastModifiedDate")
 FORMATS = {"CSV": ".csv.gz", "Parquet": ".parquet"}
 # The CSV field names of the manifest and the Parquet columns they are written as.
-PARQUET_COLUMNS = {"Bucket": "bucket", "Key": "key", "VersionId": "version_id", "IsLatest": "is_latest",
-                   "IsDeleteMarker": "is_delete_marker", "Size": "size", "LastModifiedDate": "last_modified_date",
-                   "ETag": "e_tag", "StorageClass": "storage_class", "IsMultipartUploaded": "is_multipart_uploaded",
-                   "ReplicationStatus": "replication_status", "EncryptionStatus": "encryption_status",
-                   "ObjectLockRetainUntilDate": "object_lock_retain_until_date",
-                   "ObjectLockMode": "object_lock_mode", "ObjectLockLegalHoldStatus": "object_lock_legal_hold_status",
-                   "IntelligentTieringAccessTier": "intelligent_tiering_access_tier",
-                   "BucketKeyStatus": "bucket_key_status", "ChecksumAlgorithm": "checksum_algorithm",
-                   "ObjectAccessControlList": "object_access_control_list", "ObjectOwner": "object_owner"}
+PARQUET_COLUMNS = {
+    "Bucket": "bucket",
+    "Key": "key",
+    "VersionId": "version_id",
+    "IsLatest": "is_latest",
+    "IsDeleteMarker": "is_delete_marker",
+    "Size": "size",
+    "LastModifiedDate": "last_modified_date",
+    "ETag": "e_tag",
+    "StorageClass": "storage_class",
+    "IsMultipartUploaded": "is_multipart_uploaded",
+    "ReplicationStatus": "replication_status",
+    "EncryptionStatus": "encryption_status",
+    "ObjectLockRetainUntilDate": "object_lock_retain_until_date",
+    "ObjectLockMode": "object_lock_mode",
+    "ObjectLockLegalHoldStatus": "object_lock_legal_hold_status",
+    "IntelligentTieringAccessTier": "intelligent_tiering_access_tier",
+    "BucketKeyStatus": "bucket_key_status",
+    "ChecksumAlgorithm": "checksum_algorithm",
+    "ObjectAccessControlList": "object_access_control_list",
+    "ObjectOwner": "object_owner",
+}
 FIELD_OF_COLUMN = {column: name for name, column in PARQUET_COLUMNS.items()}
 REPORT_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z")
 PARQUET_FIELD = re.compile(r"(?:required|optional|repeated)\s+\w+\s+(\w+)")
@@ -75,8 +89,9 @@ class Destination:
     def parse(cls, text: str, *, source_bucket: str) -> Destination:
         match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", str(text).strip())
         if not match:
-            raise InventoryError(f"the inventory destination of bucket {source_bucket} is {text!r}, not "
-                                 "s3://<bucket>/<prefix>")
+            raise InventoryError(
+                f"the inventory destination of bucket {source_bucket} is {text!r}, not s3://<bucket>/<prefix>"
+            )
         prefix = (match[2] or "").strip("/")
         return cls(match[1], f"{prefix}/" if prefix else "")
 
@@ -91,9 +106,11 @@ class Destination:
 def destinations(value: Any) -> dict[str, str]:
     """Variable blobgc_inventory: a JSON object of source bucket -> `s3://<bucket>/<prefix>`."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise InventoryError("Variable blobgc_inventory must be a JSON object mapping each source bucket to its "
-                             'inventory destination, e.g. {"blobgc": "s3://blobgc-inventory/reports"}; '
-                             f"got {value!r}")
+        raise InventoryError(
+            "Variable blobgc_inventory must be a JSON object mapping each source bucket to its "
+            'inventory destination, e.g. {"blobgc": "s3://blobgc-inventory/reports"}; '
+            f"got {value!r}"
+        )
     return value
 
 
@@ -133,7 +150,8 @@ class Report:
                 f"the newest inventory of bucket {self.source_bucket} ({self.location}) was taken "
                 f"{self.created:%Y-%m-%d %H:%M} UTC, {hours:.1f} h before the run's reference time: older than "
                 f"max_inventory_age_hours={max_hours:g}. Check that the inventory configuration "
-                f"{self.configuration!r} still delivers, or run with source=list.")
+                f"{self.configuration!r} still delivers, or run with source=list."
+            )
 
 
 def schema_fields(file_format: str, file_schema: str, where: str) -> tuple[str, ...]:
@@ -143,8 +161,9 @@ def schema_fields(file_format: str, file_schema: str, where: str) -> tuple[str, 
     elif file_format == "Parquet":
         fields = tuple(FIELD_OF_COLUMN.get(c, c) for c in PARQUET_FIELD.findall(file_schema))
     else:
-        raise InventoryError(f"{where}: fileFormat {file_format!r} is not supported; configure the inventory as CSV "
-                             "or Parquet")
+        raise InventoryError(
+            f"{where}: fileFormat {file_format!r} is not supported; configure the inventory as CSV or Parquet"
+        )
     if not fields or any(not f for f in fields) or len(set(fields)) != len(fields):
         raise InventoryError(f"{where}: fileSchema {file_schema!r} does not name each field once")
     return fields
@@ -162,11 +181,13 @@ def read_manifest(s3, bucket: str, manifest_key: str, *, source_bucket: str, con
             raise InventoryError(f"{where} has no manifest.checksum beside it: the report is incomplete") from error
         raise
     if hashlib.md5(body).hexdigest() != checksum.lower():
-        raise InventoryError(f"{where} does not match its manifest.checksum (MD5 {hashlib.md5(body).hexdigest()}, "
-                             f"checksum file says {checksum[:64]!r}): the manifest is corrupt or was replaced")
+        raise InventoryError(
+            f"{where} does not match its manifest.checksum (MD5 {hashlib.md5(body).hexdigest()}, "
+            f"checksum file says {checksum[:64]!r}): the manifest is corrupt or was replaced"
+        )
     try:
         manifest = json.loads(body)
-        created = datetime.fromtimestamp(int(manifest["creationTimestamp"]) / 1000, timezone.utc)
+        created = datetime.fromtimestamp(int(manifest["creationTimestamp"]) / 1000, UTC)
         file_format = manifest["fileFormat"]
         file_schema = manifest["fileSchema"]
         files = tuple(DataFile(f["key"], int(f["size"]), str(f["MD5checksum"]).lower()) for f in manifest["files"])
@@ -183,18 +204,24 @@ def folders(s3, bucket: str, prefix: str) -> list[str]:
     """The folder names (without the trailing /) directly below `prefix`."""
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-        found += [p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes") or []]
+        found += [p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes") or []]
     return found
 
 
 def newest_report(s3, destination: Destination, source_bucket: str, configuration: str) -> Report | None:
     """The newest complete report of one configuration (a report folder without manifest.json is being written)."""
     base = f"{destination.reports_of(source_bucket)}{configuration}/"
-    for folder in sorted((f for f in folders(s3, destination.bucket, base) if REPORT_FOLDER.fullmatch(f)),
-                         reverse=True):
+    for folder in sorted(
+        (f for f in folders(s3, destination.bucket, base) if REPORT_FOLDER.fullmatch(f)), reverse=True
+    ):
         try:
-            return read_manifest(s3, destination.bucket, f"{base}{folder}/manifest.json",
-                                 source_bucket=source_bucket, configuration=configuration)
+            return read_manifest(
+                s3,
+                destination.bucket,
+                f"{base}{folder}/manifest.json",
+                source_bucket=source_bucket,
+                configuration=configuration,
+            )
         except ClientError as error:
             if error_code(error) not in ("NoSuchKey", "404"):
                 raise
@@ -207,9 +234,11 @@ def find_report(s3, destination: Destination, source_bucket: str) -> Report:
     base = destination.reports_of(source_bucket)
     configurations = folders(s3, destination.bucket, base)
     if not configurations:
-        raise InventoryError(f"no S3 Inventory report of bucket {source_bucket} under {destination}{source_bucket}/: "
-                             "is an inventory configured for it, and has its first report been delivered (within "
-                             "48 h of configuring)? See docs/operations.md, \"S3 Inventory\".")
+        raise InventoryError(
+            f"no S3 Inventory report of bucket {source_bucket} under {destination}{source_bucket}/: "
+            "is an inventory configured for it, and has its first report been delivered (within "
+            '48 h of configuring)? See docs/operations.md, "S3 Inventory".'
+        )
     usable, lacking = [], []
     for configuration in configurations:
         report = newest_report(s3, destination, source_bucket, configuration)
@@ -220,12 +249,20 @@ def find_report(s3, destination: Destination, source_bucket: str) -> Report:
         else:
             usable.append(report)
     if not usable:
-        raise InventoryError(f"no inventory configuration of bucket {source_bucket} under {destination} is usable: "
-                             f"{'; '.join(lacking)}. Reconcile needs the fields {', '.join(REQUIRED_FIELDS)}.")
+        raise InventoryError(
+            f"no inventory configuration of bucket {source_bucket} under {destination} is usable: "
+            f"{'; '.join(lacking)}. Reconcile needs the fields {', '.join(REQUIRED_FIELDS)}."
+        )
     report = max(usable, key=lambda r: (r.created, r.manifest_key))
-    log.info("inventory of %s: %s, taken %s, %s, %d data files (%s)", source_bucket, report.location,
-             report.created.isoformat(), report.file_format, len(report.files),
-             f"ignored: {'; '.join(lacking)}" if lacking else "the only usable configuration")
+    log.info(
+        "inventory of %s: %s, taken %s, %s, %d data files (%s)",
+        source_bucket,
+        report.location,
+        report.created.isoformat(),
+        report.file_format,
+        len(report.files),
+        f"ignored: {'; '.join(lacking)}" if lacking else "the only usable configuration",
+    )
     return report
 
 
@@ -241,8 +278,9 @@ def download(s3, report: Report, directory: Path) -> list[Path]:
             body = s3.get_object(Bucket=report.destination_bucket, Key=data.key)["Body"]
         except ClientError as error:
             if error_code(error) in ("NoSuchKey", "404"):
-                raise InventoryError(f"data file s3://{report.destination_bucket}/{data.key}, listed by "
-                                     f"{report.location}, is missing") from error
+                raise InventoryError(
+                    f"data file s3://{report.destination_bucket}/{data.key}, listed by {report.location}, is missing"
+                ) from error
             raise
         with path.open("wb") as out:
             for chunk in iter(lambda: body.read(1 << 20), b""):
@@ -250,8 +288,10 @@ def download(s3, report: Report, directory: Path) -> list[Path]:
                 size += len(chunk)
                 out.write(chunk)
         if size != data.size or digest.hexdigest() != data.md5:
-            raise InventoryError(f"data file s3://{report.destination_bucket}/{data.key} is {size} bytes with MD5 "
-                                 f"{digest.hexdigest()}; {report.location} says {data.size} bytes with MD5 {data.md5}")
+            raise InventoryError(
+                f"data file s3://{report.destination_bucket}/{data.key} is {size} bytes with MD5 "
+                f"{digest.hexdigest()}; {report.location} says {data.size} bytes with MD5 {data.md5}"
+            )
         return path
 
     with ThreadPoolExecutor(DOWNLOADS, thread_name_prefix="inventory") as pool:
@@ -279,32 +319,49 @@ class Engine:
         self.db.close()
 
     def load_inventory(self, report: Report, paths: Sequence[Path]) -> int:
-        """Table `inventory(key, size, modified_ms, h)` (h: the key's hash, which parts the anti-join) of the report's current objects: delete markers and
-        noncurrent versions (a versioned inventory) left out, CSV keys URL-decoded. Returns its row count."""
+        """Table `inventory(key, size, modified_ms, h)` (h: the key's hash, which parts the anti-join) of the
+        report's current objects: delete markers and noncurrent versions (a versioned inventory) left out, CSV
+        keys URL-decoded. Returns its row count."""
         fields = report.fields
         files = [str(p) for p in paths]
         if report.file_format == "CSV":
             columns = {f: "VARCHAR" for f in fields}
             try:
-                source = self.db.read_csv(files, header=False, columns=columns, compression="gzip", sep=",",
-                                          quotechar='"', escapechar='"', auto_detect=False, strict_mode=True)
+                source = self.db.read_csv(
+                    files,
+                    header=False,
+                    columns=columns,
+                    compression="gzip",
+                    sep=",",
+                    quotechar='"',
+                    escapechar='"',
+                    auto_detect=False,
+                    strict_mode=True,
+                )
             except self.duckdb.Error as error:
-                raise InventoryError(f"{report.location}: its data files do not read as CSV with the fileSchema's "
-                                     f"{len(fields)} fields: {error}") from error
+                raise InventoryError(
+                    f"{report.location}: its data files do not read as CSV with the fileSchema's "
+                    f"{len(fields)} fields: {error}"
+                ) from error
             key = "TRY(url_decode(replace(\"Key\", '+', ' ')))"
             size = 'TRY_CAST("Size" AS BIGINT)'
-            modified = "epoch_ms(TRY_CAST(\"LastModifiedDate\" AS TIMESTAMP))"
+            modified = 'epoch_ms(TRY_CAST("LastModifiedDate" AS TIMESTAMP))'
             latest = "\"IsLatest\" = 'true'" if "IsLatest" in fields else "true"
             marker = "\"IsDeleteMarker\" = 'true'" if "IsDeleteMarker" in fields else "false"
         else:
             wanted = [PARQUET_COLUMNS.get(f, f) for f in fields]
             for path in files:
-                names = [r[0] for r in self.db.execute(
-                    "SELECT name FROM parquet_schema(?) WHERE num_children IS NULL OR num_children = 0",
-                    [path]).fetchall()]
+                names = [
+                    r[0]
+                    for r in self.db.execute(
+                        "SELECT name FROM parquet_schema(?) WHERE num_children IS NULL OR num_children = 0", [path]
+                    ).fetchall()
+                ]
                 if missing := [c for c in wanted if c not in names]:
-                    raise InventoryError(f"{report.location}: a data file lacks the column(s) {', '.join(missing)} "
-                                         f"that the manifest's fileSchema names (it has {', '.join(names)})")
+                    raise InventoryError(
+                        f"{report.location}: a data file lacks the column(s) {', '.join(missing)} "
+                        f"that the manifest's fileSchema names (it has {', '.join(names)})"
+                    )
             source = self.db.read_parquet(files)
             key, size = "key", "CAST(size AS BIGINT)"
             modified = "epoch_ms(last_modified_date)"
@@ -318,25 +375,34 @@ class Engine:
                        hash({key}) AS h
                 FROM inventory_files WHERE {latest} AND NOT {marker}""")
         except self.duckdb.Error as error:
-            raise InventoryError(f"{report.location}: its data files do not match the manifest's fileSchema "
-                                 f"({', '.join(fields)}): {error}") from error
+            raise InventoryError(
+                f"{report.location}: its data files do not match the manifest's fileSchema "
+                f"({', '.join(fields)}): {error}"
+            ) from error
         finally:
             self.db.unregister("inventory_files")
-        bad = self.db.execute("SELECT count(*) FILTER (key IS NULL), count(*) FILTER (size IS NULL OR size < 0), "
-                              "count(*) FILTER (modified_ms IS NULL) FROM inventory").fetchone()
+        bad = self.db.execute(
+            "SELECT count(*) FILTER (key IS NULL), count(*) FILTER (size IS NULL OR size < 0), "
+            "count(*) FILTER (modified_ms IS NULL) FROM inventory"
+        ).fetchone()
         if any(bad):
-            raise InventoryError(f"{report.location}: {bad[0]} keys that do not URL-decode, {bad[1]} sizes that are "
-                                 f"not numbers and {bad[2]} LastModifiedDate values that are not timestamps: the data "
-                                 f"files do not match the manifest's fileSchema ({', '.join(fields)})")
+            raise InventoryError(
+                f"{report.location}: {bad[0]} keys that do not URL-decode, {bad[1]} sizes that are "
+                f"not numbers and {bad[2]} LastModifiedDate values that are not timestamps: the data "
+                f"files do not match the manifest's fileSchema ({', '.join(fields)})"
+            )
         return self.db.execute("SELECT count(*) FROM inventory").fetchone()[0]
 
     def load_accounted(self, path: Path) -> None:
         """Append a headerless CSV file of (key, required), PostgreSQL `COPY ... (FORMAT csv)` output, to table
         `accounted(key, required, h)`."""
-        self.db.execute("""INSERT INTO accounted
+        self.db.execute(
+            """INSERT INTO accounted
                            SELECT key, required, hash(key)
                            FROM read_csv(?, header = false, columns = {'key': 'VARCHAR', 'required': 'BOOLEAN'},
-                                         auto_detect = false, sep = ',', quote = '"', escape = '"')""", [str(path)])
+                                         auto_detect = false, sep = ',', quote = '"', escape = '"')""",
+            [str(path)],
+        )
 
     def query(self, statement: str, parameters: list | None = None) -> Iterator[tuple]:
         """Rows of `statement`, fetched 10,000 at a time."""

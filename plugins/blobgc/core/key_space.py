@@ -3,6 +3,7 @@
 Works on any table with an id column of any ordered type (app.blob's text ids, a collection's bigint
 or uuid ids); range bounds travel as text and are cast back to the id's type in SQL.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,9 @@ class IdColumn:
     type: str = "text"
 
     def format(self, name: str) -> sql.Composed:
-        return sql.SQL(queries.load(name)).format(table=sql.Identifier(*self.table.split(".", 1)),
-                                                  id=sql.Identifier(self.column), type=sql.SQL(self.type))
+        return sql.SQL(queries.load(name)).format(
+            table=sql.Identifier(*self.table.split(".", 1)), id=sql.Identifier(self.column), type=sql.SQL(self.type)
+        )
 
 
 BLOB_IDS = IdColumn()
@@ -38,20 +40,22 @@ def key_ranges(conn: psycopg.Connection, range_size: int, ids: IdColumn = BLOB_I
     ranges are open, so rows outside stale statistics are still covered. Without statistics (a new
     or small table) the cuts are found by walking the index.
     """
-    rows, bounds = conn.execute(queries.load("key_space/select_id_histogram"),
-                                {"table": ids.table, "column": ids.column}).fetchone()
+    rows, bounds = conn.execute(
+        queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column}
+    ).fetchone()
     if bounds and rows > 0:
         wanted = max(1, -(-int(rows) // range_size))
         step = max(1, len(bounds) // wanted)
-        cuts = bounds[step:len(bounds) - 1:step] if wanted > 1 else []
+        cuts = bounds[step : len(bounds) - 1 : step] if wanted > 1 else []
         edges: list[str | None] = [None, *cuts, None]
         return list(zip(edges[:-1], edges[1:], strict=True))
     ranges: list[KeyRange] = []
     first = conn.execute(ids.format("key_space/select_first_id")).fetchone()
     lo = first[0] if first else None
     while lo is not None:
-        row = conn.execute(ids.format("key_space/select_next_range_start"), {"lo": lo, "range_size": range_size}
-                           ).fetchone()
+        row = conn.execute(
+            ids.format("key_space/select_next_range_start"), {"lo": lo, "range_size": range_size}
+        ).fetchone()
         hi = row[0] if row else None
         ranges.append((None if not ranges else lo, hi))
         lo = hi
@@ -62,8 +66,9 @@ def split_key_space(conn: psycopg.Connection, parts: int, ids: IdColumn = BLOB_I
     """About `parts` ranges of similar size covering every row (one per parallel worker)."""
     if parts <= 1:
         return [(None, None)]
-    rows = conn.execute(queries.load("key_space/select_id_histogram"),
-                        {"table": ids.table, "column": ids.column}).fetchone()[0]
+    rows = conn.execute(
+        queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column}
+    ).fetchone()[0]
     if rows <= 0:
         rows = conn.execute(ids.format("key_space/count_rows")).fetchone()[0]
     return key_ranges(conn, max(1, -(-rows // parts)), ids)

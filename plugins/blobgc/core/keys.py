@@ -22,6 +22,7 @@ placeholder between fixed literals, so a key has exactly one reading and the row
 only row that can form it. A collection's templates may have several placeholders and several
 readings; whether a row forms a key is then decided in SQL (`blobgc.core.collections.accounted_keys`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 from psycopg import sql as pgsql
@@ -40,7 +41,6 @@ from blobgc.core.catalog import missing_tables
 from blobgc.core.objects import first_key
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -77,7 +77,7 @@ class KeyLayout:
         return match["id"] if match else None
 
     def shard(self, key: str) -> str:
-        return key[:len(self.prefix) + self.shard_chars]
+        return key[: len(self.prefix) + self.shard_chars]
 
     def hold(self, conn: psycopg.Connection, s3, bucket: str, keys: list[str]) -> AbstractContextManager[Verdict]:
         """The layout's guard over `keys` (see the module docstring); with no guard, nothing is kept."""
@@ -87,9 +87,12 @@ class KeyLayout:
 
     def unreadable(self, ids: dict[str, str | None]) -> dict[str, str]:
         """The keys among `ids` (key -> identity) that fit this layout not at all: they stay owed, with why."""
-        return {key: f"the key does not fit the layout of {self.source} ({self.pattern.pattern}): no row can be "
-                     "looked up for it, so it is not deleted; delete it by hand if it is garbage"
-                for key, identity in ids.items() if identity is None}
+        return {
+            key: f"the key does not fit the layout of {self.source} ({self.pattern.pattern}): no row can be "
+            "looked up for it, so it is not deleted; delete it by hand if it is garbage"
+            for key, identity in ids.items()
+            if identity is None
+        }
 
 
 # ------------------------------------------------------------------------------------------------- guards
@@ -101,23 +104,28 @@ def row_guard(schema: str, table: str, column: str) -> Guard:
     it needed again.
     """
     query = pgsql.SQL("SELECT {c}::text FROM {t} WHERE {c}::text = ANY(%(ids)s::text[])").format(
-        c=pgsql.Identifier(column), t=pgsql.Identifier(schema, table))
+        c=pgsql.Identifier(column), t=pgsql.Identifier(schema, table)
+    )
 
     @contextmanager
-    def keep_keys_with_a_row(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
-                             keys: list[str]) -> Iterator[set[str]]:
+    def keep_keys_with_a_row(
+        layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+    ) -> Iterator[set[str]]:
         ids = {key: layout.identity(key) for key in keys}
         wanted = sorted({i for i in ids.values() if i is not None})
         existing = {r[0] for r in conn.execute(query, {"ids": wanted})} if wanted else set()
-        yield Verdict({key for key, identity in ids.items() if identity is not None and identity in existing},
-                      layout.unreadable(ids))
+        yield Verdict(
+            {key for key, identity in ids.items() if identity is not None and identity in existing},
+            layout.unreadable(ids),
+        )
 
     return keep_keys_with_a_row
 
 
 @contextmanager
-def hold_unneeded_contents(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
-                           keys: list[str]) -> Iterator[set[str]]:
+def hold_unneeded_contents(
+    layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+) -> Iterator[set[str]]:
     """Seed 002's guard: yield the `pastes/` keys whose content was created again, hold the rest.
 
     Each hash gets an uncommitted placeholder row: where a committed row exists (the content was
@@ -134,8 +142,9 @@ def hold_unneeded_contents(layout: KeyLayout, conn: psycopg.Connection, _s3, _bu
 
 
 @contextmanager
-def hold_unreferenced_images(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
-                             keys: list[str]) -> Iterator[set[str]]:
+def hold_unreferenced_images(
+    layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+) -> Iterator[set[str]]:
     """Seed 001's guard: yield the image files whose image id has a row again, hold the others.
 
     Takes the image ids' stripes alone until the draining transaction ends (`blobgc.core.locks`),
@@ -146,13 +155,15 @@ def hold_unreferenced_images(layout: KeyLayout, conn: psycopg.Connection, _s3, _
     wanted = sorted({i for i in ids.values() if i is not None})
     locks.lock_stripes(conn, locks.IMAGE_LOCK_CLASS, wanted, exclusive=True)
     in_use = {row[0] for row in conn.execute(queries.load("guards/select_images_in_use"), {"image_ids": wanted})}
-    yield Verdict({key for key, image_id in ids.items() if image_id is not None and image_id in in_use},
-                  layout.unreadable(ids))
+    yield Verdict(
+        {key for key, image_id in ids.items() if image_id is not None and image_id in in_use}, layout.unreadable(ids)
+    )
 
 
 @contextmanager
-def hold_unreferenced_mail(layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str,
-                           keys: list[str]) -> Iterator[set[str]]:
+def hold_unreferenced_mail(
+    layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+) -> Iterator[set[str]]:
     """Seed 003's guard: yield the `mail/` keys whose blob has a row now, holding the others.
 
     Takes the blobs' generations alone until the draining transaction ends, as the collector does:
@@ -163,10 +174,14 @@ def hold_unreferenced_mail(layout: KeyLayout, conn: psycopg.Connection, _s3, _bu
     for generation in sorted({g for i in ids.values() if i is not None and (g := generation_of(i)) is not None}):
         locks.hold_generation_alone(conn, generation)
     wanted = sorted({i for i in ids.values() if i is not None})
-    existing = {r[0] for r in conn.execute(queries.load("guards/select_existing_mail_blobs"), {"ids": wanted})} \
-        if wanted else set()
-    yield Verdict({key for key, blob_id in ids.items() if blob_id is not None and blob_id in existing},
-                  layout.unreadable(ids))
+    existing = (
+        {r[0] for r in conn.execute(queries.load("guards/select_existing_mail_blobs"), {"ids": wanted})}
+        if wanted
+        else set()
+    )
+    yield Verdict(
+        {key for key, blob_id in ids.items() if blob_id is not None and blob_id in existing}, layout.unreadable(ids)
+    )
 
 
 @contextmanager
@@ -183,8 +198,13 @@ def keep_thumbnails_with_a_master(_layout: KeyLayout, _conn, s3, bucket: str, ke
 
 # --------------------------------------------------------------------------------------- seed 000: blobs
 # Any text id (docs/reference.md §3: app.blob.id is text): the fixed suffix makes the reading unique, `/` included.
-BLOB_OBJECTS = KeyLayout("app.blob", "blobs/", 1, re.compile(r"blobs/(?P<id>.+)/(?:raw|thumbnail)", re.DOTALL),
-                         row_guard("app", "blob", "id"))
+BLOB_OBJECTS = KeyLayout(
+    "app.blob",
+    "blobs/",
+    1,
+    re.compile(r"blobs/(?P<id>.+)/(?:raw|thumbnail)", re.DOTALL),
+    row_guard("app", "blob", "id"),
+)
 
 
 def blob_keys(blob_id: str) -> tuple[str, str]:
@@ -194,8 +214,9 @@ def blob_keys(blob_id: str) -> tuple[str, str]:
 
 # -------------------------------------------------------------------------------------- seed 002: pastes
 # Any text content hash (seed 002's own example is `abc123`), not only a sha256 hex digest.
-PASTE_CONTENTS = KeyLayout("app.content", "pastes/", 1, re.compile(r"pastes/(?P<id>.+)", re.DOTALL),
-                           hold_unneeded_contents)
+PASTE_CONTENTS = KeyLayout(
+    "app.content", "pastes/", 1, re.compile(r"pastes/(?P<id>.+)", re.DOTALL), hold_unneeded_contents
+)
 
 
 def content_key(digest: str) -> str:
@@ -206,10 +227,17 @@ def content_key(digest: str) -> str:
 # -------------------------------------------------------------------------------------- seed 001: images
 # Any text image id: its first two characters (one, for a one-character id), the id, then a size name (which
 # settings.check_image_sizes keeps to [a-z0-9_]+) and the extension; one reading for every id.
-IMAGE_FILES = KeyLayout("app.image", "images/", 3,
-                        re.compile(r"images/(?P<shard>.{1,2})/(?P<id>(?P=shard).*)/"
-                                   r"(?P<size>[A-Za-z0-9_]+)\.(?P<ext>[a-z0-9]+)", re.DOTALL),
-                        hold_unreferenced_images)
+IMAGE_FILES = KeyLayout(
+    "app.image",
+    "images/",
+    3,
+    re.compile(
+        r"images/(?P<shard>.{1,2})/(?P<id>(?P=shard).*)/"
+        r"(?P<size>[A-Za-z0-9_]+)\.(?P<ext>[a-z0-9]+)",
+        re.DOTALL,
+    ),
+    hold_unreferenced_images,
+)
 IMAGE_EXT = "jpg"  # every size is stored as JPEG
 
 
@@ -245,13 +273,17 @@ UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 USER_ID = re.compile(USER)
 SLOT_NAME = re.compile(SLOT)
 MASTER = re.compile(rf"(?P<user>{USER})/masters/(?P<rev>\d{{6}})/(?P<stem>[0-9a-f]{{16}})\.(?P<ext>{MEDIA_EXT})")
-THUMB = re.compile(rf"(?P<user>{USER})/thumbs/(?P<rev>\d{{6}})/(?P<stem>[0-9a-f]{{16}})_(?P<w>\d{{1,5}})"
-                   r"x(?P<h>\d{1,5})\.webp")
+THUMB = re.compile(
+    rf"(?P<user>{USER})/thumbs/(?P<rev>\d{{6}})/(?P<stem>[0-9a-f]{{16}})_(?P<w>\d{{1,5}})"
+    r"x(?P<h>\d{1,5})\.webp"
+)
 PROFILE_MASTER = re.compile(rf"(?P<user>{USER})/masters/(?P<slot>{SLOT})\.(?P<ext>{MEDIA_EXT})")
 PROFILE_THUMB = re.compile(rf"(?P<user>{USER})/thumbs/(?P<slot>{SLOT})_(?P<w>\d{{1,5}})x(?P<h>\d{{1,5}})\.webp")
 STAGING = re.compile(rf"staging/(?P<user>{USER})/(?P<uuid>{UUID})\.(?P<ext>{MEDIA_EXT})")
-PROFILE_STAGING = re.compile(rf"profiles-staging/(?P<user>{USER})/(?P<slot>{SLOT})/(?P<uuid>{UUID})"
-                             rf"\.(?P<ext>{MEDIA_EXT})")
+PROFILE_STAGING = re.compile(
+    rf"profiles-staging/(?P<user>{USER})/(?P<slot>{SLOT})/(?P<uuid>{UUID})"
+    rf"\.(?P<ext>{MEDIA_EXT})"
+)
 STAGING_PREFIXES = {"images": "staging/", "profiles": "profiles-staging/"}  # bucket kind -> its staging prefix
 STAGING_LAYOUTS = {"staging/": STAGING, "profiles-staging/": PROFILE_STAGING}  # staging prefix -> its only layout
 # A user with one of these ids would keep masters under a staging prefix, where staging is cleaned.
@@ -277,13 +309,13 @@ def rev_month(yyyymm: int) -> str:
 
 
 def month_of(when: datetime) -> int:
-    when = when.astimezone(timezone.utc)
+    when = when.astimezone(UTC)
     return when.year * 100 + when.month
 
 
 def time8(when: datetime) -> str:
     """0xffffffff minus the milliseconds since the start of `when`'s month (UTC), as 8 hex digits."""
-    when = when.astimezone(timezone.utc)
+    when = when.astimezone(UTC)
     start = when.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     millis = int((when - start).total_seconds() * 1000)
     return f"{0xFFFFFFFF - millis:08x}"
@@ -326,8 +358,10 @@ def staging_layout(prefix: str) -> re.Pattern[str]:
 
 
 # --------------------------------------------------------------------------------------------- the registry
-LAYOUTS: dict[str, KeyLayout] = {layout.source: layout for layout in (
-    BLOB_OBJECTS, PASTE_CONTENTS, IMAGE_FILES, MAIL_BLOBS, MEDIA_THUMBNAILS, MEDIA_STAGING)}
+LAYOUTS: dict[str, KeyLayout] = {
+    layout.source: layout
+    for layout in (BLOB_OBJECTS, PASTE_CONTENTS, IMAGE_FILES, MAIL_BLOBS, MEDIA_THUMBNAILS, MEDIA_STAGING)
+}
 # the bucket-wide layouts reconcile lists and checks against their tables, in listing order
 RECONCILED = (BLOB_OBJECTS, PASTE_CONTENTS, IMAGE_FILES, MAIL_BLOBS)
 
@@ -357,24 +391,30 @@ def load_checked_collections(conn: psycopg.Connection, *, default_bucket: str) -
     """The collections file, checked for shape and for prefixes: per bucket, against each other and against every
     seed layout whose table exists (a collection may not take over blobgc's own `pastes/`, say)."""
     declared = collections.load_collections(default_bucket=default_bucket)
-    collections.check_prefixes(declared, source=collections.file_named(),
-                               default_bucket=default_bucket, reserved=seed_prefixes(conn, default_bucket))
+    collections.check_prefixes(
+        declared,
+        source=collections.file_named(),
+        default_bucket=default_bucket,
+        reserved=seed_prefixes(conn, default_bucket),
+    )
     return declared
 
 
 def collection_guard(default_bucket: str) -> Guard:
     """`keep_keys_of_collection_rows`, reading the collections file with the deployment's default bucket."""
 
-    def guard(layout: KeyLayout, conn: psycopg.Connection, s3, bucket: str, keys: list[str]
-              ) -> AbstractContextManager[Verdict]:
+    def guard(
+        layout: KeyLayout, conn: psycopg.Connection, s3, bucket: str, keys: list[str]
+    ) -> AbstractContextManager[Verdict]:
         return keep_keys_of_collection_rows(layout, conn, s3, bucket, keys, default_bucket=default_bucket)
 
     return guard
 
 
 @contextmanager
-def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s3, bucket: str,
-                                 keys: list[str], *, default_bucket: str) -> Iterator[Verdict]:
+def keep_keys_of_collection_rows(
+    layout: KeyLayout, conn: psycopg.Connection, _s3, bucket: str, keys: list[str], *, default_bucket: str
+) -> Iterator[Verdict]:
     """A collection's guard: keep every key some row of the collection forms now, exactly (content-addressed keys
     such as `up/{sha}.{ext}` are formed again when the same content is uploaded anew, or by another row that
     shares them).
@@ -388,33 +428,53 @@ def keep_keys_of_collection_rows(layout: KeyLayout, conn: psycopg.Connection, _s
         with conn.transaction():  # a savepoint: the guard takes no lock, so nothing it held ends with it
             verdict = judge_collection_keys(conn, layout.source, bucket, keys, default_bucket)
     except psycopg.Error as error:
-        log.warning("could not judge %d owed keys of %s (%s): they stay owed for the next drain", len(keys),
-                    layout.source, error)
+        log.warning(
+            "could not judge %d owed keys of %s (%s): they stay owed for the next drain",
+            len(keys),
+            layout.source,
+            error,
+        )
         verdict = Verdict(stay_owed={key: f"could not be judged: {error}"[:500] for key in keys}, park=False)
     yield verdict
 
 
-def judge_collection_keys(conn: psycopg.Connection, source: str, bucket: str, keys: list[str],
-                          default_bucket: str) -> Verdict:
+def judge_collection_keys(
+    conn: psycopg.Connection, source: str, bucket: str, keys: list[str], default_bucket: str
+) -> Verdict:
     """`keep_keys_of_collection_rows`'s verdict (see there)."""
-    name = source[len(collections.COLLECTION_SOURCE):]
+    name = source[len(collections.COLLECTION_SOURCE) :]
     try:
         declared = load_checked_collections(conn, default_bucket=default_bucket)
     except collections.CollectionsError as error:
         return Verdict(stay_owed={key: f"the collections file does not check: {error}" for key in keys})
     if name not in declared:
-        return Verdict(stay_owed={key: f"collection {name!r} is no longer declared in the "
-                                       f"{collections.file_named()}: its owed keys stay owed until it is "
-                                       "declared again (or an operator deletes them)" for key in keys})
+        return Verdict(
+            stay_owed={
+                key: f"collection {name!r} is no longer declared in the "
+                f"{collections.file_named()}: its owed keys stay owed until it is "
+                "declared again (or an operator deletes them)"
+                for key in keys
+            }
+        )
     if declared[name].bucket_or(default_bucket) != bucket:
-        return Verdict(stay_owed={key: f"collection {name!r} keeps its objects in bucket "
-                                       f"{declared[name].bucket_or(default_bucket)!r} now, not in {bucket!r} where "
-                                       "this key was owed: its rows cannot judge it" for key in keys})
+        return Verdict(
+            stay_owed={
+                key: f"collection {name!r} keeps its objects in bucket "
+                f"{declared[name].bucket_or(default_bucket)!r} now, not in {bucket!r} where "
+                "this key was owed: its rows cannot judge it"
+                for key in keys
+            }
+        )
     try:
         bound = collections.bind(conn, declared[name], default_bucket=default_bucket)
     except collections.CollectionsError as error:
         return Verdict(stay_owed={key: str(error) for key in keys})
     accounted, unshaped = collections.accounted_keys(conn, bound, keys)
-    return Verdict(accounted, {key: f"the key fits none of collection {name!r}'s key templates now "
-                                    f"({', '.join(bound.collection.keys)}): the file changed since it was owed?"
-                               for key in unshaped})
+    return Verdict(
+        accounted,
+        {
+            key: f"the key fits none of collection {name!r}'s key templates now "
+            f"({', '.join(bound.collection.keys)}): the file changed since it was owed?"
+            for key in unshaped
+        },
+    )

@@ -12,6 +12,7 @@ commits; the collector holds a generation *alone* from before its reference scan
 deletion, and so does the drain's guard for `mail/` keys. Either the writer committed first (its
 reference is seen) or it waits and then finds a newer current generation.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -37,8 +38,9 @@ def lock_stripes(conn: psycopg.Connection, lock_class: int, values: Iterable[str
     """Hold the stripes of `values` until the transaction ends (in stripe order, so lockers never deadlock)."""
     stripes = sorted({stripe(v) for v in values})
     if stripes:
-        conn.execute(queries.load("locks/lock_stripes"),
-                     {"lock_class": lock_class, "stripes": stripes, "exclusive": exclusive}).fetchall()
+        conn.execute(
+            queries.load("locks/lock_stripes"), {"lock_class": lock_class, "stripes": stripes, "exclusive": exclusive}
+        ).fetchall()
 
 
 @contextmanager
@@ -55,27 +57,34 @@ def session_stripe(conn: psycopg.Connection, lock_class: int, value: str, *, exc
 
 def hold_generation_shared(conn: psycopg.Connection, generation: int) -> None:
     """A writer's hold on a generation until its transaction ends."""
-    conn.execute(queries.load("locks/lock_generation"),
-                 {"exclusive": False, "lock_class": GENERATION_LOCK_CLASS, "generation": generation})
+    conn.execute(
+        queries.load("locks/lock_generation"),
+        {"exclusive": False, "lock_class": GENERATION_LOCK_CLASS, "generation": generation},
+    )
 
 
 def hold_generation_alone(conn: psycopg.Connection, generation: int) -> None:
     """Hold a generation alone until the transaction ends (the drain's guard for mail objects)."""
-    conn.execute(queries.load("locks/lock_generation_for_transaction"),
-                 {"lock_class": GENERATION_LOCK_CLASS, "generation": generation})
+    conn.execute(
+        queries.load("locks/lock_generation_for_transaction"),
+        {"lock_class": GENERATION_LOCK_CLASS, "generation": generation},
+    )
 
 
 @contextmanager
 def collecting_generation(conn: psycopg.Connection, generation: int) -> Iterator[None]:
     """Hold `generation` alone for this session: writers of it wait, and so does any other collector."""
-    conn.execute(queries.load("locks/lock_generation"),
-                 {"exclusive": True, "lock_class": GENERATION_LOCK_CLASS, "generation": generation})
+    conn.execute(
+        queries.load("locks/lock_generation"),
+        {"exclusive": True, "lock_class": GENERATION_LOCK_CLASS, "generation": generation},
+    )
     try:
         yield
     finally:
         if not conn.closed:
-            conn.execute(queries.load("locks/unlock_generation"),
-                         {"lock_class": GENERATION_LOCK_CLASS, "generation": generation})
+            conn.execute(
+                queries.load("locks/unlock_generation"), {"lock_class": GENERATION_LOCK_CLASS, "generation": generation}
+            )
 
 
 def hold_generation_opening(conn: psycopg.Connection) -> None:

@@ -21,6 +21,7 @@ blobgc's numbering starts at 0002_blobgc_schema: 0001_app_schema created the dem
 moved to plugins/demo_app/migrations/ (LEGACY_VERSIONS). Databases record each migration by its name, so the
 files are never renumbered; a run reports what it applied by name (`summary`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,10 +54,18 @@ DEFAULT_LOCK_TIMEOUT = "10s"
 LOCK_POLL_SECONDS = 0.2
 
 # What blobgc's folder held before the application's tables moved to plugins/demo_app/migrations/.
-LEGACY_VERSIONS = frozenset({
-    "0001_app_schema", "0002_blobgc_schema", "0003_paste_expiry", "0004_image_crawler",
-    "0005_reconcile", "0006_generations", "0007_audit_restore", "0008_safety",
-})
+LEGACY_VERSIONS = frozenset(
+    {
+        "0001_app_schema",
+        "0002_blobgc_schema",
+        "0003_paste_expiry",
+        "0004_image_crawler",
+        "0005_reconcile",
+        "0006_generations",
+        "0007_audit_restore",
+        "0008_safety",
+    }
+)
 LEGACY_MARKER = "0001_app_schema"
 
 # A schema that exists (made by a DBA, say) is not created again: CREATE SCHEMA IF NOT EXISTS needs CREATE on the
@@ -85,7 +94,7 @@ def migrations(folder: Path | Traversable | None = None) -> list[tuple[str, str]
     """(version, text) of each NNNN_*.sql in `folder` (blobgc's package data by default), in order."""
     folder = folder or sql_root().joinpath("migrations")
     found = sorted((entry.name, entry) for entry in folder.iterdir() if MIGRATION_NAME.fullmatch(entry.name))
-    return [(name[:-len(".sql")], entry.read_text(encoding="utf-8")) for name, entry in found]
+    return [(name[: -len(".sql")], entry.read_text(encoding="utf-8")) for name, entry in found]
 
 
 def checksum(text: str) -> str:
@@ -99,8 +108,11 @@ def transactional(text: str) -> bool:
 def statements(text: str) -> list[str]:
     """A no-transaction migration's statements: split on `;` at the end of a line, comment-only chunks skipped."""
     chunks = (chunk.strip() for chunk in re.split(r";[ \t]*$", text, flags=re.MULTILINE))
-    return [chunk for chunk in chunks
-            if any(line.strip() and not line.lstrip().startswith("--") for line in chunk.splitlines())]
+    return [
+        chunk
+        for chunk in chunks
+        if any(line.strip() and not line.lstrip().startswith("--") for line in chunk.splitlines())
+    ]
 
 
 def legacy_versions(conn: psycopg.Connection, recorded: Mapping[str, str]) -> set[str]:
@@ -171,8 +183,9 @@ def session_lock_timeout(conn: psycopg.Connection, timeout: str) -> Iterator[Non
         conn.execute("SELECT set_config('lock_timeout', %s, false)", (previous,))
 
 
-def apply_pending(conn: psycopg.Connection, pending: list[tuple[str, str]], table: str, legacy: Legacy,
-                  timeout: str) -> list[str]:
+def apply_pending(
+    conn: psycopg.Connection, pending: list[tuple[str, str]], table: str, legacy: Legacy, timeout: str
+) -> list[str]:
     schema, name = table.split(".")
     table_id = sql.Identifier(schema, name)
     if not schema_exists(conn, schema):
@@ -229,8 +242,9 @@ def apply_one(conn: psycopg.Connection, table_id: sql.Identifier, version: str, 
 
 
 def record(conn: psycopg.Connection, table_id: sql.Identifier, version: str, text: str) -> None:
-    conn.execute(sql.SQL("INSERT INTO {} (version, checksum) VALUES (%s, %s)").format(table_id),
-                 (version, checksum(text)))
+    conn.execute(
+        sql.SQL("INSERT INTO {} (version, checksum) VALUES (%s, %s)").format(table_id), (version, checksum(text))
+    )
 
 
 class SchemaBehind(ConfigurationError):
@@ -241,8 +255,9 @@ def pending_versions(conn: psycopg.Connection, folder: Path | None = None, table
     """The migrations of `folder` that `table` does not record (every one, when the table does not exist)."""
     if not table_exists(conn, table):
         return [version for version, _ in migrations(folder)]
-    recorded = {r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}").format(
-        sql.Identifier(*table.split(".", 1))))}
+    recorded = {
+        r[0] for r in conn.execute(sql.SQL("SELECT version FROM {}").format(sql.Identifier(*table.split(".", 1))))
+    }
     return [version for version, _ in migrations(folder) if version not in recorded]
 
 
@@ -250,9 +265,11 @@ def check_schema_current(conn: psycopg.Connection) -> None:
     """Raise SchemaBehind, saying what to run, when blobgc's migrations are not all applied to this database."""
     pending = pending_versions(conn)
     if pending:
-        raise SchemaBehind(f"blobgc's schema in this database is behind the code: {', '.join(pending)} "
-                           f"{'is' if len(pending) == 1 else 'are'} not applied. Run `python -m blobgc.migrate --conn-id "
-                           "blobgc_postgres` (the connection naming this database), then clear this task.")
+        raise SchemaBehind(
+            f"blobgc's schema in this database is behind the code: {', '.join(pending)} "
+            f"{'is' if len(pending) == 1 else 'are'} not applied. Run `python -m blobgc.migrate --conn-id "
+            "blobgc_postgres` (the connection naming this database), then clear this task."
+        )
 
 
 def status(conn: psycopg.Connection, folder: Path | None = None, table: str = TABLE) -> str:
@@ -270,8 +287,11 @@ def span(versions: list[str]) -> str:
 def summary(table: str, applied: list[str], versions: list[str]) -> str:
     """A run's report: the migrations it applied, by name, and those the database had before, out of `versions`."""
     before = len(versions) - len(applied)
-    now = (f"{len(applied)} migration{'' if len(applied) == 1 else 's'} applied now ({span(applied)})" if applied
-           else "no migration to apply")
+    now = (
+        f"{len(applied)} migration{'' if len(applied) == 1 else 's'} applied now ({span(applied)})"
+        if applied
+        else "no migration to apply"
+    )
     latest = f"; the schema is at {versions[-1]}" if versions else ""
     return f"{table}: {now}, {before} of {len(versions)} applied before{latest}"
 

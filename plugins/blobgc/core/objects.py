@@ -1,5 +1,6 @@
 """S3 object operations: DeleteObjects in batches with per-key errors and backoff, existence and sizes,
 listings and their shards, versioning."""
+
 from __future__ import annotations
 
 import bisect
@@ -19,8 +20,16 @@ log = logging.getLogger(__name__)
 MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
 # Error codes worth another try: throttling and server-side failures.
 RETRYABLE_CODES = frozenset(
-    {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling", "ThrottlingException",
-     "RequestLimitExceeded", "OperationAborted"}
+    {
+        "SlowDown",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "OperationAborted",
+    }
 )
 # A key that is already gone is what we wanted: it counts as deleted.
 ALREADY_GONE_CODES = frozenset({"NoSuchKey", "NoSuchVersion"})
@@ -129,8 +138,9 @@ def delete_objects_in_batches(
     chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
 
     def one(chunk: list[str]) -> DeleteOutcome:
-        return delete_chunk(client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep,
-                            versioned=versioned)
+        return delete_chunk(
+            client, bucket, chunk, max_attempts=max_attempts, base_delay=base_delay, sleep=sleep, versioned=versioned
+        )
 
     if concurrency > 1 and len(chunks) > 1:
         with ThreadPoolExecutor(min(concurrency, len(chunks))) as pool:
@@ -145,13 +155,23 @@ def delete_objects_in_batches(
         outcome.markers.update(part.markers)
         outcome.permanent.update(part.permanent)
     if outcome.failed:
-        log.warning("%d of %d keys in %s were not deleted; they stay owed",
-                    len(outcome.failed), len(outcome.failed) + len(outcome.deleted), bucket)
+        log.warning(
+            "%d of %d keys in %s were not deleted; they stay owed",
+            len(outcome.failed),
+            len(outcome.failed) + len(outcome.deleted),
+            bucket,
+        )
     return outcome
 
 
 def delete_chunk(
-    client, bucket: str, chunk: list[str], *, max_attempts: int, base_delay: float, sleep: Callable[[float], None],
+    client,
+    bucket: str,
+    chunk: list[str],
+    *,
+    max_attempts: int,
+    base_delay: float,
+    sleep: Callable[[float], None],
     versioned: bool = False,
 ) -> DeleteOutcome:
     """One DeleteObjects call for up to 1000 keys, resending the keys that failed with a retryable code."""
@@ -204,7 +224,7 @@ def leading_shards(client, bucket: str, prefix: str, chars: int = 1) -> list[str
     order: one listing call per shard found, skipping each shard whole."""
     found, after = [], prefix
     while (key := first_key(client, bucket, prefix, after)) is not None:
-        shard = key[:len(prefix) + chars]
+        shard = key[: len(prefix) + chars]
         found.append(shard)
         after = shard + HIGHEST
     return found
@@ -246,7 +266,7 @@ def object_stats(client, bucket: str, keys: Iterable[str], *, concurrency: int =
     asked with HEAD, `concurrency` at a time. Keys not found do not exist now.
     """
     ordered = sorted(set(keys))
-    runs = [ordered[i:i + LIST_PAGE] for i in range(0, len(ordered), LIST_PAGE)]
+    runs = [ordered[i : i + LIST_PAGE] for i in range(0, len(ordered), LIST_PAGE)]
     found: dict[str, ObjectStat] = {}
     sparse: list[str] = []
     for run in runs:
@@ -259,7 +279,8 @@ def object_stats(client, bucket: str, keys: Iterable[str], *, concurrency: int =
 
 
 def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
-    """List a sorted run of keys while the listing is mostly made of them; returns (objects found, keys left to HEAD)."""
+    """List a sorted run of keys while the listing is mostly made of them; returns (objects found, keys left to
+    HEAD)."""
     found: dict[str, ObjectStat] = {}
     wanted = set(run)
     i, page_size = 0, PROBE_PAGE
@@ -295,4 +316,3 @@ def head_stats(client, bucket: str, keys: Sequence[str], *, concurrency: int = 3
 
     with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
         return {key: stat for key, stat in pool.map(head, keys) if stat is not None}
-

@@ -25,6 +25,7 @@ collection the file no longer declares, a key no template forms) is parked at on
 reason, and the rest of the drain goes on. A transient failure (S3 down,
 throttled) keeps its keys owed and fails the task after the rest has drained, so Airflow retries it.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,6 +42,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from blobgc.core import keys as key_layouts
 from blobgc.core import queries
+from blobgc.core.collections import collection_of_source
 from blobgc.core.objects import (
     MAX_KEYS_PER_CALL,
     bucket_is_versioned,
@@ -50,7 +52,6 @@ from blobgc.core.objects import (
     object_stats,
 )
 from blobgc.core.results import TaskResult, local
-from blobgc.core.collections import collection_of_source
 from blobgc.core.runs import RunRef, add_collection_counts, add_counts
 from blobgc.core.sizes import human_bytes
 
@@ -66,6 +67,7 @@ BACKOFF_MAX = timedelta(hours=6)
 # waits to cancel the intent: a deadlock that fails the upload). A writer that died is cleaned up after it.
 UPLOAD_INTENT_HOLD = timedelta(hours=1)
 DEFAULT_BUCKET = "blobgc"  # Variable blobgc_bucket's default: the bucket a collection without its own is in
+
 
 @dataclass
 class DrainResult(TaskResult):
@@ -132,19 +134,45 @@ def record_deletions(
         return
     conn.execute(
         queries.load("outbox/insert_deletions"),
-        {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "source": source,
-         "bucket": bucket, "keys": list(keys), "sizes": list(sizes),
-         "rows": f"[{','.join(rows)}]" if rows else None, "part": part, "modified_before": modified_before},
+        {
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "dry_run": run.dry_run,
+            "source": source,
+            "bucket": bucket,
+            "keys": list(keys),
+            "sizes": list(sizes),
+            "rows": f"[{','.join(rows)}]" if rows else None,
+            "part": part,
+            "modified_before": modified_before,
+        },
     )
 
 
-def record_in_batches(conn: psycopg.Connection, run: RunRef, *, source: str, bucket: str, keys: Sequence[str],
-                      sizes: Sequence[int | None], batch_size: int, part: str = "",
-                      modified_before: datetime | None = None) -> int:
+def record_in_batches(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    batch_size: int,
+    part: str = "",
+    modified_before: datetime | None = None,
+) -> int:
     """`record_deletions` in log rows of `batch_size` keys; returns the number of rows."""
     for start in range(0, len(keys), batch_size):
-        record_deletions(conn, run, source=source, bucket=bucket, keys=keys[start:start + batch_size],
-                         sizes=sizes[start:start + batch_size], part=part, modified_before=modified_before)
+        record_deletions(
+            conn,
+            run,
+            source=source,
+            bucket=bucket,
+            keys=keys[start : start + batch_size],
+            sizes=sizes[start : start + batch_size],
+            part=part,
+            modified_before=modified_before,
+        )
     return -(-len(keys) // batch_size)
 
 
@@ -166,12 +194,21 @@ def replace_run_log(
     Returns the number of log rows written."""
     replaced = "outbox/delete_dry_run_log" if run.dry_run else "outbox/delete_unsettled_run_log"
     conn.execute(queries.load(replaced), {"dag_id": run.dag_id, "run_id": run.run_id, "source": source, "part": part})
-    return record_in_batches(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size,
-                             part=part)
+    return record_in_batches(
+        conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size, part=part
+    )
 
 
-def owe_upload_intent(conn: psycopg.Connection, *, dag_id: str, run_id: str, source: str, bucket: str,
-                      keys: Sequence[str], sizes: Sequence[int | None]) -> int:
+def owe_upload_intent(
+    conn: psycopg.Connection,
+    *,
+    dag_id: str,
+    run_id: str,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+) -> int:
     """Owe the deletion of objects about to be uploaded (an intent), before uploading them; returns its log id.
 
     A writer that dies mid-upload leaves the objects owed to `dag_id`'s drain, never orphaned; the drain
@@ -180,9 +217,18 @@ def owe_upload_intent(conn: psycopg.Connection, *, dag_id: str, run_id: str, sou
     uploaded.
     """
     with conn.transaction():
-        (log_id,) = conn.execute(queries.load("outbox/insert_upload_intent"), {
-            "dag_id": dag_id, "run_id": run_id, "source": source, "bucket": bucket, "keys": list(keys),
-            "sizes": list(sizes), "hold": UPLOAD_INTENT_HOLD}).fetchone()
+        (log_id,) = conn.execute(
+            queries.load("outbox/insert_upload_intent"),
+            {
+                "dag_id": dag_id,
+                "run_id": run_id,
+                "source": source,
+                "bucket": bucket,
+                "keys": list(keys),
+                "sizes": list(sizes),
+                "hold": UPLOAD_INTENT_HOLD,
+            },
+        ).fetchone()
     return log_id
 
 
@@ -203,8 +249,10 @@ def unpark_owed_deletions(conn: psycopg.Connection, dag_id: str, log_ids: Sequen
     For on-call, once the cause is fixed (the bucket exists again, the policy allows deletes).
     """
     with conn.transaction():
-        rows = conn.execute(queries.load("outbox/unpark_owed_deletions"),
-                            {"dag_id": dag_id, "log_ids": list(log_ids) if log_ids is not None else None}).fetchall()
+        rows = conn.execute(
+            queries.load("outbox/unpark_owed_deletions"),
+            {"dag_id": dag_id, "log_ids": list(log_ids) if log_ids is not None else None},
+        ).fetchall()
     log.info("unparked %d owed log rows of %s", len(rows), dag_id)
     return len(rows)
 
@@ -277,15 +325,27 @@ def delete_owed_objects(
     owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
     result.owed_after, result.parked = owed, parked
     if parked:
-        log.error("%d owed deletions of %s are parked after failing %d times: see blobgc.outbox (parked_at, "
-                  "last_errors); fix the cause, then unpark them", parked, run.dag_id, policy.park_after)
+        log.error(
+            "%d owed deletions of %s are parked after failing %d times: see blobgc.outbox (parked_at, "
+            "last_errors); fix the cause, then unpark them",
+            parked,
+            run.dag_id,
+            policy.park_after,
+        )
     if result.errors:
         raise result.errors[0]
     return result
 
 
-def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrency: int,
-          policy: DrainPolicy = DEFAULT_POLICY, default_bucket: str = DEFAULT_BUCKET) -> DrainResult:
+def drain(
+    conn: psycopg.Connection,
+    s3,
+    run: RunRef,
+    batch_size: int,
+    concurrency: int,
+    policy: DrainPolicy = DEFAULT_POLICY,
+    default_bucket: str = DEFAULT_BUCKET,
+) -> DrainResult:
     """One drain over the due owed log rows, in log order, skipping rows another drain holds.
 
     A bucket that failed transiently is not called again in this drain: its later rows are settled
@@ -312,9 +372,14 @@ def drain(conn: psycopg.Connection, s3, run: RunRef, batch_size: int, concurrenc
         result.errors += settled.errors
         for bucket, refusal in settled.refused.items():
             result.refused.setdefault(bucket, refusal)
-        log.info("deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
-                 settled.objects_deleted, human_bytes(settled.bytes_reclaimed), run.dag_id, settled.absent,
-                 settled.failed)
+        log.info(
+            "deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
+            settled.objects_deleted,
+            human_bytes(settled.bytes_reclaimed),
+            run.dag_id,
+            settled.absent,
+            settled.failed,
+        )
     return result
 
 
@@ -330,11 +395,21 @@ class KeyOutcome:
     park_now: bool = False  # a guard could not judge the key: no retry will, so it is parked at once
 
 
-def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, source: str, keys: list[str],
-                 batch_size: int, concurrency: int, versioned: dict[str, bool],
-                 sizes_logged: dict[str, int | None],
-                 modified_before: dict[str, datetime] | None = None, *,
-                 default_bucket: str = DEFAULT_BUCKET) -> dict[str, KeyOutcome]:
+def delete_group(
+    conn: psycopg.Connection,
+    s3,
+    guards: ExitStack,
+    bucket: str,
+    source: str,
+    keys: list[str],
+    batch_size: int,
+    concurrency: int,
+    versioned: dict[str, bool],
+    sizes_logged: dict[str, int | None],
+    modified_before: dict[str, datetime] | None = None,
+    *,
+    default_bucket: str = DEFAULT_BUCKET,
+) -> dict[str, KeyOutcome]:
     """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure.
 
     A key with a `modified_before` moment is asked of the store whatever its logged size, and kept when its
@@ -343,10 +418,20 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
     verdict = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else key_layouts.Verdict()
     outcomes = {key: KeyOutcome("kept") for key in keys if key in verdict.keep}
     if verdict.stay_owed:
-        log.warning("%d owed keys of %s in %s stay owed%s: %s", len(verdict.stay_owed), source, bucket,
-                    ", parked" if verdict.park else "", next(iter(verdict.stay_owed.values())))
-    outcomes.update({key: KeyOutcome("failed", error=why[:500], permanent=verdict.park, park_now=verdict.park)
-                     for key, why in verdict.stay_owed.items()})
+        log.warning(
+            "%d owed keys of %s in %s stay owed%s: %s",
+            len(verdict.stay_owed),
+            source,
+            bucket,
+            ", parked" if verdict.park else "",
+            next(iter(verdict.stay_owed.values())),
+        )
+    outcomes.update(
+        {
+            key: KeyOutcome("failed", error=why[:500], permanent=verdict.park, park_now=verdict.park)
+            for key, why in verdict.stay_owed.items()
+        }
+    )
     todo = [k for k in keys if k not in outcomes]
     if not todo:
         return outcomes
@@ -355,8 +440,9 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
     # a size recorded when the object was written is its size; a key of unknown size, or whose age must be
     # checked again, is asked of the store
     modified_before = modified_before or {}
-    present: dict[str, int | None] = {k: sizes_logged[k] for k in todo
-                                      if sizes_logged.get(k) is not None and k not in modified_before}
+    present: dict[str, int | None] = {
+        k: sizes_logged[k] for k in todo if sizes_logged.get(k) is not None and k not in modified_before
+    }
     unknown = [k for k in todo if k not in present]
     try:
         stats = object_stats(s3, bucket, unknown) if unknown else {}
@@ -372,17 +458,32 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
         # may delete but neither list nor read: such keys are taken to exist, their bytes unknown; a key whose age
         # must be checked again is never deleted unchecked: it stays owed, failed (and parks if this persists)
         unchecked = [k for k in unknown if k in modified_before]
-        log.warning("may not list or HEAD %s (%s): %d owed keys of unknown size are deleted without checking that "
-                    "they exist; %d whose age must be checked stay owed", bucket, error_code(error),
-                    len(unknown) - len(unchecked), len(unchecked))
-        outcomes.update({k: KeyOutcome("failed", error=f"{error_code(error)}: cannot check the object's age",
-                                       permanent=True) for k in unchecked})
+        log.warning(
+            "may not list or HEAD %s (%s): %d owed keys of unknown size are deleted without checking that "
+            "they exist; %d whose age must be checked stay owed",
+            bucket,
+            error_code(error),
+            len(unknown) - len(unchecked),
+            len(unchecked),
+        )
+        outcomes.update(
+            {
+                k: KeyOutcome("failed", error=f"{error_code(error)}: cannot check the object's age", permanent=True)
+                for k in unchecked
+            }
+        )
         todo = [k for k in todo if k not in unchecked]
         present.update({k: None for k in unknown if k not in modified_before})
     outcomes.update({key: KeyOutcome("absent") for key in todo if key not in present})
     existing = [k for k in todo if k in present]
-    outcome = delete_objects_in_batches(s3, bucket, existing, batch_size=min(batch_size, MAX_KEYS_PER_CALL),
-                                        concurrency=concurrency, versioned=versioned[bucket])
+    outcome = delete_objects_in_batches(
+        s3,
+        bucket,
+        existing,
+        batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+        concurrency=concurrency,
+        versioned=versioned[bucket],
+    )
     for key in existing:
         if key in outcome.failed:
             outcomes[key] = KeyOutcome("failed", error=outcome.failed[key], permanent=key in outcome.permanent)
@@ -392,8 +493,14 @@ def delete_group(conn: psycopg.Connection, s3, guards: ExitStack, bucket: str, s
 
 
 def settle_batches(
-    conn: psycopg.Connection, s3, run: RunRef, rows: list[tuple], batch_size: int, concurrency: int,
-    policy: DrainPolicy = DEFAULT_POLICY, down: dict[str, BaseException] | None = None,
+    conn: psycopg.Connection,
+    s3,
+    run: RunRef,
+    rows: list[tuple],
+    batch_size: int,
+    concurrency: int,
+    policy: DrainPolicy = DEFAULT_POLICY,
+    down: dict[str, BaseException] | None = None,
     default_bucket: str = DEFAULT_BUCKET,
 ) -> DrainResult:
     """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
@@ -420,15 +527,31 @@ def settle_batches(
             try:
                 if bucket in down:
                     raise down[bucket]
-                group = delete_group(conn, s3, guards, bucket, source, keys, batch_size, concurrency, versioned,
-                                     {k: sizes_logged.get((bucket, k)) for k in keys},
-                                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
-                                     default_bucket=default_bucket)
+                group = delete_group(
+                    conn,
+                    s3,
+                    guards,
+                    bucket,
+                    source,
+                    keys,
+                    batch_size,
+                    concurrency,
+                    versioned,
+                    {k: sizes_logged.get((bucket, k)) for k in keys},
+                    {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
+                    default_bucket=default_bucket,
+                )
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)
                 message = f"{error_code(error)}: {error}"[:500]
-                log.warning("%s %d owed keys of %s in %s: %s", "could not delete (will retry)" if transient
-                            else "refused:", len(keys), source, bucket, message)
+                log.warning(
+                    "%s %d owed keys of %s in %s: %s",
+                    "could not delete (will retry)" if transient else "refused:",
+                    len(keys),
+                    source,
+                    bucket,
+                    message,
+                )
                 if transient and bucket not in down:
                     settled.errors.append(error)
                     down[bucket] = error
@@ -443,19 +566,24 @@ def settle_batches(
         permanent = any(o.permanent for _, _, o in failed)
         park_now = any(o.park_now for _, _, o in failed)
         failures_now = failures + 1 if permanent else (failures if failed else 0)
-        conn.execute(queries.load("outbox/settle_owed_deletions"), {
-            "log_id": log_id, "run_id": run.run_id,
-            "failed_keys": [k for k, _, _ in failed], "failed_sizes": [sz for _, sz, _ in failed],
-            "errors": json.dumps({k: o.error for k, _, o in failed}) if failed else None,
-            "failures": failures_now,
-            "backoff": policy.backoff(failures_now) if permanent else timedelta(0),
-            "park": park_now or (permanent and failures_now >= policy.park_after),
-            "done_keys": [k for k, _ in done],
-            "done_sizes": [o.size for _, o in done],
-            "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,
-            "kept_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "kept"],
-            "absent_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "absent"],
-        })
+        conn.execute(
+            queries.load("outbox/settle_owed_deletions"),
+            {
+                "log_id": log_id,
+                "run_id": run.run_id,
+                "failed_keys": [k for k, _, _ in failed],
+                "failed_sizes": [sz for _, sz, _ in failed],
+                "errors": json.dumps({k: o.error for k, _, o in failed}) if failed else None,
+                "failures": failures_now,
+                "backoff": policy.backoff(failures_now) if permanent else timedelta(0),
+                "park": park_now or (permanent and failures_now >= policy.park_after),
+                "done_keys": [k for k, _ in done],
+                "done_sizes": [o.size for _, o in done],
+                "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,
+                "kept_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "kept"],
+                "absent_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "absent"],
+            },
+        )
         settled.objects_deleted += len(done)
         settled.bytes_reclaimed += sum(o.size or 0 for _, o in done)
         if done and (collection := collection_of_source(source)) is not None:
@@ -470,7 +598,8 @@ def settle_batches(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m blobgc.core.outbox unpark <dag_id> [log_id ...]`: put parked owed deletions back in line (BLOBGC_PG_DSN)."""
+    """`python -m blobgc.core.outbox unpark <dag_id> [log_id ...]`: put parked owed deletions back in line
+    (BLOBGC_PG_DSN)."""
     import argparse
     import os
 

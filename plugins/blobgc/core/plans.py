@@ -18,11 +18,12 @@ objects they own, or of orphan objects, with sizes), kept under the id of the ru
   anything the gate has not let through or that expired meanwhile, whoever executes it: a task an operator
   cleared by hand, a DAG wired wrongly, a test, a bench.
 """
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -65,13 +66,16 @@ def fix_plan(conn: psycopg.Connection, run: RunRef, from_plan: str | None, max_a
         check_plan(conn, run, from_plan, max_age_hours)
     wanted = from_plan or run.run_id
     with conn.transaction():
-        row = conn.execute(queries.load("plans/set_run_plan"),
-                           {"dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": wanted}).fetchone()
+        row = conn.execute(
+            queries.load("plans/set_run_plan"), {"dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": wanted}
+        ).fetchone()
     if row is None:
         raise LookupError(f"no blobgc.run row for {run.dag_id}/{run.run_id}")
     if row[0] != wanted:
-        raise PlanRefused(f"run {run.run_id} of {run.dag_id} already executes the plan of {row[0]!r}; it cannot "
-                          f"switch to {wanted!r}: trigger a new run")
+        raise PlanRefused(
+            f"run {run.run_id} of {run.dag_id} already executes the plan of {row[0]!r}; it cannot "
+            f"switch to {wanted!r}: trigger a new run"
+        )
     return wanted
 
 
@@ -80,25 +84,36 @@ def check_plan(conn: psycopg.Connection, run: RunRef, plan_run_id: str, max_age_
     run has executed (or is executing)."""
     row = conn.execute(queries.load("plans/select_plan_run"), {"dag_id": run.dag_id, "run_id": plan_run_id}).fetchone()
     if row is None:
-        raise PlanRefused(f"from_plan: no run {plan_run_id!r} of {run.dag_id} (the plan must be a dry run of the "
-                          "same DAG)")
+        raise PlanRefused(
+            f"from_plan: no run {plan_run_id!r} of {run.dag_id} (the plan must be a dry run of the same DAG)"
+        )
     dry_run, finished_at, _plan, planned_at, has_items, now = row
     if not dry_run:
-        raise PlanRefused(f"from_plan: run {plan_run_id!r} of {run.dag_id} was a real run, not a dry run: only a dry "
-                          "run's plan can be executed")
+        raise PlanRefused(
+            f"from_plan: run {plan_run_id!r} of {run.dag_id} was a real run, not a dry run: only a dry "
+            "run's plan can be executed"
+        )
     if finished_at is None:
-        raise PlanRefused(f"from_plan: dry run {plan_run_id!r} of {run.dag_id} has not finished: its plan may be "
-                          "incomplete. Wait for it to end (its report task), then trigger again")
+        raise PlanRefused(
+            f"from_plan: dry run {plan_run_id!r} of {run.dag_id} has not finished: its plan may be "
+            "incomplete. Wait for it to end (its report task), then trigger again"
+        )
     refuse_if_expired(plan_run_id, planned_at, now, max_age_hours)
-    others = conn.execute(queries.load("plans/select_plan_executions"), {
-        "dag_id": run.dag_id, "plan_run_id": plan_run_id, "run_id": run.run_id}).fetchall()
+    others = conn.execute(
+        queries.load("plans/select_plan_executions"),
+        {"dag_id": run.dag_id, "plan_run_id": plan_run_id, "run_id": run.run_id},
+    ).fetchall()
     refused = [(r, d) for r, d in others if d in (REJECTED, TIMED_OUT)]
     if refused:
-        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was {refused[0][1].replace('_', ' ')} at the gate of "
-                          f"run {refused[0][0]!r} of {run.dag_id}; a refused plan is never executed. Make a new dry run")
+        raise PlanRefused(
+            f"from_plan: the plan of {plan_run_id!r} was {refused[0][1].replace('_', ' ')} at the gate of "
+            f"run {refused[0][0]!r} of {run.dag_id}; a refused plan is never executed. Make a new dry run"
+        )
     if others:
-        raise PlanRefused(f"from_plan: the plan of {plan_run_id!r} was already executed by run {others[0][0]!r} of "
-                          f"{run.dag_id}; a plan is executed once. Make a new dry run")
+        raise PlanRefused(
+            f"from_plan: the plan of {plan_run_id!r} was already executed by run {others[0][0]!r} of "
+            f"{run.dag_id}; a plan is executed once. Make a new dry run"
+        )
     if not has_items:
         log.info("the plan of %s is empty: this run will delete nothing", plan_run_id)
 
@@ -107,8 +122,10 @@ def plan_of(conn: psycopg.Connection, run: RunRef) -> str:
     """The plan `run` executes (fixed by its first task)."""
     row = conn.execute(queries.load("plans/select_run_plan"), {"dag_id": run.dag_id, "run_id": run.run_id}).fetchone()
     if row is None or row[0] is None:
-        raise PlanRefused(f"run {run.run_id} of {run.dag_id} has no plan: its first task fixes one (clear the "
-                          "whole run, not only this task)")
+        raise PlanRefused(
+            f"run {run.run_id} of {run.dag_id} has no plan: its first task fixes one (clear the "
+            "whole run, not only this task)"
+        )
     return row[0]
 
 
@@ -129,10 +146,12 @@ def refuse_if_expired(plan_run_id: str, planned_at: datetime, now: datetime, max
     """The one expiry rule: a plan older than `max_age_hours` (from its oldest item) is never executed."""
     age = now - planned_at
     if age > timedelta(hours=max_age_hours):
-        raise PlanRefused(f"the plan of {plan_run_id!r} was made at {planned_at.isoformat()}, "
-                          f"{age.total_seconds() / 3600:.1f} h ago: it expired (plans expire after "
-                          f"plan_max_age_hours = {max_age_hours:g} h) and nothing of it is deleted. Make a new plan "
-                          "(a dry run, or a new real run)")
+        raise PlanRefused(
+            f"the plan of {plan_run_id!r} was made at {planned_at.isoformat()}, "
+            f"{age.total_seconds() / 3600:.1f} h ago: it expired (plans expire after "
+            f"plan_max_age_hours = {max_age_hours:g} h) and nothing of it is deleted. Make a new plan "
+            "(a dry run, or a new real run)"
+        )
 
 
 def restart_plan_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
@@ -140,15 +159,16 @@ def restart_plan_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
 
     Refused (PlanRefused) once the plan was judged by the gate, partly executed, or is executed by another run:
     planning again would change a plan someone approved, or one whose execution is on record."""
-    blocker = conn.execute(queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
-                           ).fetchone()
+    blocker = conn.execute(
+        queries.load("plans/select_replan_blockers"), {"dag_id": run.dag_id, "run_id": run.run_id}
+    ).fetchone()
     if blocker is not None:
-        raise PlanRefused(f"run {run.run_id} of {run.dag_id} may not plan again: {blocker[0]}. Planning again would "
-                          "change a plan that was judged or executed; trigger a new run instead")
+        raise PlanRefused(
+            f"run {run.run_id} of {run.dag_id} may not plan again: {blocker[0]}. Planning again would "
+            "change a plan that was judged or executed; trigger a new run instead"
+        )
     with conn.transaction():
-        conn.execute(queries.load("plans/delete_plan_part"), {"dag_id": run.dag_id, "run_id": run.run_id,
-                                                              "part": part})
-
+        conn.execute(queries.load("plans/delete_plan_part"), {"dag_id": run.dag_id, "run_id": run.run_id, "part": part})
 
 
 def restart_planning(conn: psycopg.Connection, run: RunRef, part: str) -> None:
@@ -168,21 +188,52 @@ def item_cutoff(item: PlanItem, cutoff: datetime) -> datetime:
     return min(cutoff, item.modified_before) if item.modified_before is not None else cutoff
 
 
-def add_plan_item(conn: psycopg.Connection, run: RunRef, *, part: str, collection: str | None, source: str,
-                  bucket: str, keys: Sequence[str], sizes: Sequence[int | None],
-                  row_ids: Sequence[str] | None = None, modified_before: datetime | None = None) -> None:
+def add_plan_item(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    part: str,
+    collection: str | None,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int | None],
+    row_ids: Sequence[str] | None = None,
+    modified_before: datetime | None = None,
+) -> None:
     """Add one item to `run`'s plan (call in the transaction that found it)."""
     if not keys and not row_ids:
         return
-    conn.execute(queries.load("plans/insert_plan_item"), {
-        "dag_id": run.dag_id, "run_id": run.run_id, "part": part, "collection": collection, "source": source,
-        "bucket": bucket, "row_ids": list(row_ids) if row_ids is not None else None, "keys": list(keys),
-        "sizes": list(sizes), "bytes": sum(s or 0 for s in sizes), "modified_before": modified_before})
+    conn.execute(
+        queries.load("plans/insert_plan_item"),
+        {
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "part": part,
+            "collection": collection,
+            "source": source,
+            "bucket": bucket,
+            "row_ids": list(row_ids) if row_ids is not None else None,
+            "keys": list(keys),
+            "sizes": list(sizes),
+            "bytes": sum(s or 0 for s in sizes),
+            "modified_before": modified_before,
+        },
+    )
 
 
-def plan_listed_objects(conn: psycopg.Connection, run: RunRef, *, part: str, source: str, bucket: str,
-                        keys: Sequence[str], sizes: Sequence[int], modified_before: datetime,
-                        batch_size: int) -> None:
+def plan_listed_objects(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    part: str,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int],
+    modified_before: datetime,
+    batch_size: int,
+) -> None:
     """Plan the objects a listing task found in `part` (a shard), an item per `batch_size` keys, replacing what an
     earlier attempt of the task planned there (a retry lists again and plans each key once).
 
@@ -193,12 +244,21 @@ def plan_listed_objects(conn: psycopg.Connection, run: RunRef, *, part: str, sou
     restart_plan_part(conn, run, part)
     with conn.transaction():
         for start in range(0, len(keys), batch_size):
-            add_plan_item(conn, run, part=part, collection=None, source=source, bucket=bucket,
-                          keys=keys[start:start + batch_size], sizes=sizes[start:start + batch_size],
-                          modified_before=modified_before)
+            add_plan_item(
+                conn,
+                run,
+                part=part,
+                collection=None,
+                source=source,
+                bucket=bucket,
+                keys=keys[start : start + batch_size],
+                sizes=sizes[start : start + batch_size],
+                modified_before=modified_before,
+            )
         if run.dry_run:
-            replace_run_log(conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size,
-                            part=part)
+            replace_run_log(
+                conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size, part=part
+            )
             set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=part)
 
 
@@ -217,8 +277,12 @@ class PlanItem:
 def plan_parts(conn: psycopg.Connection, run: RunRef) -> list[dict[str, Any]]:
     """The parts of the plan `run` executes, `{"collection", "part", "items"}` each: one execution task each."""
     plan_run_id = plan_of(conn, run)
-    return [{"collection": c, "part": p, "items": n} for c, p, n in conn.execute(
-        queries.load("plans/select_plan_parts"), {"dag_id": run.dag_id, "plan_run_id": plan_run_id}).fetchall()]
+    return [
+        {"collection": c, "part": p, "items": n}
+        for c, p, n in conn.execute(
+            queries.load("plans/select_plan_parts"), {"dag_id": run.dag_id, "plan_run_id": plan_run_id}
+        ).fetchall()
+    ]
 
 
 def check_may_execute(conn: psycopg.Connection, run: RunRef) -> str:
@@ -254,13 +318,23 @@ def pending_items(conn: psycopg.Connection, run: RunRef, *, part: str, collectio
     return _items(conn, run, plan_run_id, part=part, collection=collection)
 
 
-def _items(conn: psycopg.Connection, run: RunRef, plan_run_id: str, *, part: str,
-           collection: str | None) -> Iterator[PlanItem]:
+def _items(
+    conn: psycopg.Connection, run: RunRef, plan_run_id: str, *, part: str, collection: str | None
+) -> Iterator[PlanItem]:
     after = 0
     while True:
-        rows = conn.execute(queries.load("plans/select_pending_items"), {
-            "dag_id": run.dag_id, "run_id": run.run_id, "plan_run_id": plan_run_id, "part": part,
-            "collection": collection, "after": after, "limit": PAGE}).fetchall()
+        rows = conn.execute(
+            queries.load("plans/select_pending_items"),
+            {
+                "dag_id": run.dag_id,
+                "run_id": run.run_id,
+                "plan_run_id": plan_run_id,
+                "part": part,
+                "collection": collection,
+                "after": after,
+                "limit": PAGE,
+            },
+        ).fetchall()
         if not rows:
             return
         for row in rows:
@@ -268,12 +342,29 @@ def _items(conn: psycopg.Connection, run: RunRef, plan_run_id: str, *, part: str
         after = rows[-1][0]
 
 
-def record_outcome(conn: psycopg.Connection, run: RunRef, item: PlanItem, *, rows_deleted: int = 0,
-                   objects_owed: int = 0, skipped_ids: Sequence[str] = (), skipped_keys: Sequence[str] = ()) -> None:
+def record_outcome(
+    conn: psycopg.Connection,
+    run: RunRef,
+    item: PlanItem,
+    *,
+    rows_deleted: int = 0,
+    objects_owed: int = 0,
+    skipped_ids: Sequence[str] = (),
+    skipped_keys: Sequence[str] = (),
+) -> None:
     """What `run` did with `item`; call in the transaction that did it."""
-    conn.execute(queries.load("plans/insert_plan_outcome"), {
-        "dag_id": run.dag_id, "run_id": run.run_id, "item_id": item.id, "rows_deleted": rows_deleted,
-        "objects_owed": objects_owed, "skipped_ids": list(skipped_ids), "skipped_keys": list(skipped_keys)})
+    conn.execute(
+        queries.load("plans/insert_plan_outcome"),
+        {
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "item_id": item.id,
+            "rows_deleted": rows_deleted,
+            "objects_owed": objects_owed,
+            "skipped_ids": list(skipped_ids),
+            "skipped_keys": list(skipped_keys),
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -287,7 +378,8 @@ def plan_size(conn: psycopg.Connection, dag_id: str, plan_run_id: str) -> tuple[
     """A plan's size, whole and per collection."""
     whole, per = PlanSize(), {}
     for is_whole, collection, rows, objects, bytes_ in conn.execute(
-            queries.load("plans/summarize_plan"), {"dag_id": dag_id, "plan_run_id": plan_run_id}).fetchall():
+        queries.load("plans/summarize_plan"), {"dag_id": dag_id, "plan_run_id": plan_run_id}
+    ).fetchall():
         size = PlanSize(int(rows or 0), int(objects or 0), int(bytes_ or 0))
         if is_whole:
             whole = size
@@ -304,8 +396,12 @@ def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
     except PlanRefused:
         return {}
     planned, _ = plan_size(conn, run.dag_id, plan_run_id)
-    report: dict[str, Any] = {"plan": plan_run_id, "planned_rows": planned.rows, "planned_objects": planned.objects,
-                              "planned_bytes": planned.bytes}
+    report: dict[str, Any] = {
+        "plan": plan_run_id,
+        "planned_rows": planned.rows,
+        "planned_objects": planned.objects,
+        "planned_bytes": planned.bytes,
+    }
     decision = gate_decision(conn, run)
     if decision is not None:
         report["gate"] = {k: v for k, v in decision.items() if k != "judgement"}
@@ -317,8 +413,14 @@ def execution_report(conn: psycopg.Connection, run: RunRef) -> dict[str, Any]:
     if run.dry_run:
         return report
     done = execution_figures(conn, run.dag_id, run.run_id)
-    report.update({"items_done": done.items_done, "skipped_rereferenced_rows": done.rows_skipped,
-                   "skipped_rereferenced_objects": done.objects_skipped, "failed_objects": done.objects_failed})
+    report.update(
+        {
+            "items_done": done.items_done,
+            "skipped_rereferenced_rows": done.rows_skipped,
+            "skipped_rereferenced_objects": done.objects_skipped,
+            "failed_objects": done.objects_failed,
+        }
+    )
     return report
 
 
@@ -335,9 +437,11 @@ class ExecutionFigures:
 
 def execution_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> ExecutionFigures:
     items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = conn.execute(
-        queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id}).fetchone()
-    return ExecutionFigures(int(items_done), int(rows_skipped), int(objects_skipped) + int(objects_kept),
-                            int(objects_failed))
+        queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id}
+    ).fetchone()
+    return ExecutionFigures(
+        int(items_done), int(rows_skipped), int(objects_skipped) + int(objects_kept), int(objects_failed)
+    )
 
 
 # Where each DAG's plan takes the sizes of its keys from (blobgc.plan_item.sizes): the one source of the bytes shown
@@ -348,13 +452,14 @@ PLAN_SIZE_SOURCES: dict[str, str] = {
     "blobgc_media_staging": "the store's listing when the plan was made",
     "blobgc_media_thumbnails": "the store's listing when the plan was made",
     "blobgc_paste_expiry": "app.content.size_bytes",
-    "blobgc_image_cleanup": "the sizes recorded when the files were uploaded (blobgc.image_file; older files: "
-                            "unknown)",
+    "blobgc_image_cleanup": "the sizes recorded when the files were uploaded (blobgc.image_file; older files: unknown)",
     "blobgc_generations": "gen.blob.size_bytes",
 }
 PLAN_SIZE_SOURCE = "what the plan recorded when it was made (blobgc.plan_item.sizes)"
-COUNTED_SIZE_SOURCE = ("each deleted object's size as the drain counted it: the size logged for its key where there is "
-                       "one, else the store's at delete time")
+COUNTED_SIZE_SOURCE = (
+    "each deleted object's size as the drain counted it: the size logged for its key where there is "
+    "one, else the store's at delete time"
+)
 
 
 def plan_size_source(dag_id: str) -> str:
@@ -409,17 +514,24 @@ class PlanFigures:
     @property
     def balanced(self) -> bool:
         """planned = deleted + absent + kept + failed (+ not reached), in keys and in bytes."""
-        return (self.planned_keys == sum(self.parts("keys").values())
-                and self.planned_bytes == sum(self.parts("bytes").values()))
+        return self.planned_keys == sum(self.parts("keys").values()) and self.planned_bytes == sum(
+            self.parts("bytes").values()
+        )
 
     def planned_label(self) -> str:
-        unknown = (f"{self.unknown_size_keys:,} keys of unknown size not counted" if self.unknown_size_keys
-                   else "every key's size known")
-        return (f"planned: {self.planned_keys:,} keys, {human_bytes(self.planned_bytes)} (sizes from "
-                f"{self.size_source}; {unknown})")
+        unknown = (
+            f"{self.unknown_size_keys:,} keys of unknown size not counted"
+            if self.unknown_size_keys
+            else "every key's size known"
+        )
+        return (
+            f"planned: {self.planned_keys:,} keys, {human_bytes(self.planned_bytes)} (sizes from "
+            f"{self.size_source}; {unknown})"
+        )
 
     def equation(self, unit: str) -> str:
         """`planned N = deleted D + absent A + kept K + failed F` in keys or (human) bytes."""
+
         def shown(n: int) -> str:
             return human_bytes(n) if unit == "bytes" else f"{n:,}"
 
@@ -431,31 +543,42 @@ class PlanFigures:
         """The figures in words, each with its source: a dry run's plan, or a plan and what became of each key."""
         if self.dry_run:
             return [self.planned_label()]
-        out = [self.equation("keys"),
-               f"{self.equation('bytes')} (bytes as planned: sizes from {self.size_source}; "
-               f"{self.unknown_size_keys:,} keys of unknown size count 0)",
-               f"kept {self.kept_keys:,}: {self.skipped_keys:,} skipped at delete time (referenced or changed again "
-               f"since the plan), {self.kept_keys - self.skipped_keys:,} kept by the drain's check",
-               f"reclaimed: {human_bytes(self.deleted_counted_bytes)} for the {self.deleted_keys:,} deleted keys "
-               f"(sizes: {COUNTED_SIZE_SOURCE})"]
+        out = [
+            self.equation("keys"),
+            f"{self.equation('bytes')} (bytes as planned: sizes from {self.size_source}; "
+            f"{self.unknown_size_keys:,} keys of unknown size count 0)",
+            f"kept {self.kept_keys:,}: {self.skipped_keys:,} skipped at delete time (referenced or changed again "
+            f"since the plan), {self.kept_keys - self.skipped_keys:,} kept by the drain's check",
+            f"reclaimed: {human_bytes(self.deleted_counted_bytes)} for the {self.deleted_keys:,} deleted keys "
+            f"(sizes: {COUNTED_SIZE_SOURCE})",
+        ]
         if self.planned_rows:
             terms = [f"deleted {self.deleted_rows:,}", f"skipped {self.skipped_rows:,}"] + (
-                [f"not reached {self.not_reached_rows:,}"] if self.not_reached_rows else [])
+                [f"not reached {self.not_reached_rows:,}"] if self.not_reached_rows else []
+            )
             balanced = self.planned_rows == self.deleted_rows + self.skipped_rows + self.not_reached_rows
-            out.append(f"rows: planned {self.planned_rows:,}" + (" = " + " + ".join(terms) if balanced else
-                                                                 "; " + ", ".join(terms))
-                       + " (skipped: referenced or changed again since the plan)")
+            out.append(
+                f"rows: planned {self.planned_rows:,}"
+                + (" = " + " + ".join(terms) if balanced else "; " + ", ".join(terms))
+                + " (skipped: referenced or changed again since the plan)"
+            )
         if self.drained_keys != self.deleted_here_keys or self.drained_bytes != self.deleted_here_bytes:
-            out.append(f"this run's drain deleted {self.drained_keys:,} objects, {human_bytes(self.drained_bytes)} "
-                       f"(its blobgc.run counts): {self.deleted_here_keys:,} of this plan "
-                       f"({human_bytes(self.deleted_here_bytes)}) and {self.drained_keys - self.deleted_here_keys:,} "
-                       f"other runs owed ({human_bytes(self.drained_bytes - self.deleted_here_bytes)})")
+            out.append(
+                f"this run's drain deleted {self.drained_keys:,} objects, {human_bytes(self.drained_bytes)} "
+                f"(its blobgc.run counts): {self.deleted_here_keys:,} of this plan "
+                f"({human_bytes(self.deleted_here_bytes)}) and {self.drained_keys - self.deleted_here_keys:,} "
+                f"other runs owed ({human_bytes(self.drained_bytes - self.deleted_here_bytes)})"
+            )
         if self.deleted_keys != self.deleted_here_keys:
-            out.append(f"{self.deleted_keys - self.deleted_here_keys:,} of the deleted keys were deleted by a later "
-                       "run's drain (it retried them)")
+            out.append(
+                f"{self.deleted_keys - self.deleted_here_keys:,} of the deleted keys were deleted by a later "
+                "run's drain (it retried them)"
+            )
         if self.not_reached_keys:
-            out.append(f"not reached {self.not_reached_keys:,}: keys of plan items this run has not dealt with (the "
-                       "gate refused the plan, or the run has not got to them)")
+            out.append(
+                f"not reached {self.not_reached_keys:,}: keys of plan items this run has not dealt with (the "
+                "gate refused the plan, or the run has not got to them)"
+            )
         if self.outside_keys:
             out.append(f"{self.outside_keys:,} keys this run owed are not in its plan")
         return out
@@ -477,10 +600,19 @@ def plan_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> PlanFigu
     if plan_run_id is None:  # a run of a DAG without plans, or from before them
         return None
     with conn.cursor(row_factory=dict_row) as cur:
-        values = cur.execute(queries.load("plans/summarize_plan_outcomes"), {
-            "dag_id": dag_id, "run_id": run_id, "plan_run_id": plan_run_id}).fetchone() or {}
-    return PlanFigures(plan_run_id, bool(dry_run), plan_size_source(dag_id),
-                       **{name: int(value or 0) for name, value in values.items()})
+        values = (
+            cur.execute(
+                queries.load("plans/summarize_plan_outcomes"),
+                {"dag_id": dag_id, "run_id": run_id, "plan_run_id": plan_run_id},
+            ).fetchone()
+            or {}
+        )
+    return PlanFigures(
+        plan_run_id,
+        bool(dry_run),
+        plan_size_source(dag_id),
+        **{name: int(value or 0) for name, value in values.items()},
+    )
 
 
 @dataclass
@@ -505,13 +637,24 @@ def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
     for part in executable_parts(conn, run):
         for item in pending_items(conn, run, part=part["part"], collection=part["collection"]):
             with conn.transaction():
-                record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=item.keys, sizes=item.sizes,
-                                 part=part["part"], modified_before=item.modified_before)
+                record_deletions(
+                    conn,
+                    run,
+                    source=item.source,
+                    bucket=item.bucket,
+                    keys=item.keys,
+                    sizes=item.sizes,
+                    part=part["part"],
+                    modified_before=item.modified_before,
+                )
                 record_outcome(conn, run, item, objects_owed=len(item.keys))
             result.items += 1
             result.objects_owed += len(item.keys)
-    log.info("owed %d planned objects (%d plan items) to the drain, which checks each again", result.objects_owed,
-             result.items)
+    log.info(
+        "owed %d planned objects (%d plan items) to the drain, which checks each again",
+        result.objects_owed,
+        result.items,
+    )
     return result
 
 
@@ -519,16 +662,19 @@ def owe_planned_objects(conn: psycopg.Connection, run: RunRef) -> OwedFromPlan:
 def record_decision(conn: psycopg.Connection, run: RunRef, decision: str, decided_by: str | None) -> None:
     """A person's answer to a waiting gate (or the timeout's: `decided_by` None)."""
     with conn.transaction():
-        row = conn.execute(queries.load("plans/update_gate_decision"), {
-            "dag_id": run.dag_id, "run_id": run.run_id, "decision": decision, "decided_by": decided_by}).fetchone()
+        row = conn.execute(
+            queries.load("plans/update_gate_decision"),
+            {"dag_id": run.dag_id, "run_id": run.run_id, "decision": decision, "decided_by": decided_by},
+        ).fetchone()
     if row is None:
         raise LookupError(f"run {run.run_id} of {run.dag_id} has no gate judgement to decide")
     log.info("the gate of %s/%s: %s%s", run.dag_id, run.run_id, decision, f" by {decided_by}" if decided_by else "")
 
 
 def gate_decision(conn: psycopg.Connection, run: RunRef) -> dict[str, Any] | None:
-    row = conn.execute(queries.load("plans/select_gate_decision"), {"dag_id": run.dag_id, "run_id": run.run_id}
-                       ).fetchone()
+    row = conn.execute(
+        queries.load("plans/select_gate_decision"), {"dag_id": run.dag_id, "run_id": run.run_id}
+    ).fetchone()
     if row is None:
         return None
     names = ("decision", "decided_by", "decided_at", "judgement", "planned_rows", "planned_objects", "planned_bytes")
@@ -544,6 +690,8 @@ def require_go(conn: psycopg.Connection, run: RunRef) -> dict[str, Any] | None:
     if decision is None or decision["decision"] not in GOES_ON:
         state = decision["decision"] if decision else "not judged yet"
         who = f" by {decision['decided_by']}" if decision and decision["decided_by"] else ""
-        raise GateClosed(f"the gate has not let run {run.run_id} of {run.dag_id} through ({state}{who}): nothing is "
-                         "deleted. Its gate task decides; a rejected or timed-out plan is never executed")
+        raise GateClosed(
+            f"the gate has not let run {run.run_id} of {run.dag_id} through ({state}{who}): nothing is "
+            "deleted. Its gate task decides; a rejected or timed-out plan is never executed"
+        )
     return decision

@@ -27,6 +27,7 @@ What each DAG touches, worked out from its collectors and their SQL:
   (`CREATE SCHEMA`); once it exists (made by a DBA, say), USAGE and CREATE on it, and SELECT and INSERT on
   its bookkeeping table.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,29 +48,44 @@ ALL_DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # dag_id -> the privileges it needs on each collection's table, and why (docs/reference.md §6's four DAGs)
 COLLECTION_TABLE: dict[str, tuple[tuple[str, str], ...]] = {
     "blobgc_mark": (("SELECT", "blobgc_mark reads the rows of collection {name!r}"),),
-    "blobgc_sweep": (("SELECT", "blobgc_sweep plans from the rows of collection {name!r}"),
-                     ("UPDATE", "the real blobgc_sweep claims the rows of collection {name!r} with SELECT … "
-                                "FOR UPDATE SKIP LOCKED"),
-                     ("DELETE", "the real blobgc_sweep deletes the rows of collection {name!r}")),
+    "blobgc_sweep": (
+        ("SELECT", "blobgc_sweep plans from the rows of collection {name!r}"),
+        ("UPDATE", "the real blobgc_sweep claims the rows of collection {name!r} with SELECT … FOR UPDATE SKIP LOCKED"),
+        ("DELETE", "the real blobgc_sweep deletes the rows of collection {name!r}"),
+    ),
     "blobgc_reconcile": (("SELECT", "blobgc_reconcile asks the rows of collection {name!r} which keys they form"),),
-    "blobgc_restore": (("SELECT", "blobgc_restore checks the rows of collection {name!r}"),
-                       ("INSERT", "blobgc_restore puts the logged rows of collection {name!r} back")),
+    "blobgc_restore": (
+        ("SELECT", "blobgc_restore checks the rows of collection {name!r}"),
+        ("INSERT", "blobgc_restore puts the logged rows of collection {name!r} back"),
+    ),
 }
 # the collection DAGs that check every reference (restore only when Param `collections` names collections)
 CHECKS_REFERENCES = ("blobgc_mark", "blobgc_sweep", "blobgc_reconcile")
 # reconcile's seed sources (blobgc.core.keys), where their table exists: read, and guarded by the drain
 RECONCILED_SEED_TABLES: dict[str, tuple[str, ...]] = {
-    "app.blob": ("SELECT",), "app.content": ("SELECT", "INSERT"), "app.image": ("SELECT",), "gen.blob": ("SELECT",),
+    "app.blob": ("SELECT",),
+    "app.content": ("SELECT", "INSERT"),
+    "app.image": ("SELECT",),
+    "gen.blob": ("SELECT",),
 }
 # dag_id -> table -> the privileges that seed DAG uses on it (see dag_kit/tables.py for the tables it requires)
 SEED_TABLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "blobgc_paste_expiry": {"app.paste": ("SELECT", "UPDATE", "DELETE"),
-                            "app.content": ALL_DML},  # the drain's guard inserts placeholder rows
+    "blobgc_paste_expiry": {
+        "app.paste": ("SELECT", "UPDATE", "DELETE"),
+        "app.content": ALL_DML,
+    },  # the drain's guard inserts placeholder rows
     "blobgc_image_cleanup": {"app.image": ("SELECT", "UPDATE", "DELETE")},
-    "blobgc_crawler": {"app.offer": ("SELECT",), "app.image": ("SELECT", "INSERT", "UPDATE"),
-                       "app.crawl_request": ("SELECT", "UPDATE")},
-    "blobgc_generations": {"gen.generation": ("SELECT", "INSERT"), "gen.blob": ("SELECT", "DELETE"),
-                           "gen.reference": ("SELECT",), "gen.deletion": ("SELECT", "DELETE")},
+    "blobgc_crawler": {
+        "app.offer": ("SELECT",),
+        "app.image": ("SELECT", "INSERT", "UPDATE"),
+        "app.crawl_request": ("SELECT", "UPDATE"),
+    },
+    "blobgc_generations": {
+        "gen.generation": ("SELECT", "INSERT"),
+        "gen.blob": ("SELECT", "DELETE"),
+        "gen.reference": ("SELECT",),
+        "gen.deletion": ("SELECT", "DELETE"),
+    },
 }
 # sequences a seed DAG draws ids from (docs/reference.md §3: app.image.id is a bigserial)
 SEED_SEQUENCES: dict[str, tuple[str, ...]] = {"blobgc_crawler": ("app.image_id_seq",)}
@@ -101,8 +117,10 @@ def on_table(qualified: str, privileges: Iterable[str], why: str, *, kind: str =
 
 
 def on_relation(schema: str, name: str, privileges: Iterable[str], why: str, *, kind: str = "table") -> list[Need]:
-    return [Need("schema", "", schema, "USAGE", f"to reach {schema}.{name}"),
-            *(Need(kind, schema, name, p, why) for p in privileges)]
+    return [
+        Need("schema", "", schema, "USAGE", f"to reach {schema}.{name}"),
+        *(Need(kind, schema, name, p, why) for p in privileges),
+    ]
 
 
 @dataclass(frozen=True)
@@ -115,8 +133,10 @@ class Missing:
     whys: tuple[str, ...]  # one per privilege, in the same order
 
     def describe(self) -> list[str]:
-        return [f"{privilege} on {self.kind} {self.shown}: {why}" for privilege, why in zip(self.privileges, self.whys,
-                                                                                          strict=True)]
+        return [
+            f"{privilege} on {self.kind} {self.shown}: {why}"
+            for privilege, why in zip(self.privileges, self.whys, strict=True)
+        ]
 
 
 def grant_statements(missing: Sequence[Missing], role: str) -> list[str]:
@@ -139,11 +159,12 @@ class MissingPrivileges(ConfigurationError):
         self.role = role
         self.grants = grant_statements(missing, role)
         count = sum(len(m.privileges) for m in missing)
-        lines = [f"{what} cannot run as role {role}: it lacks {count} privilege{'' if count == 1 else 's'} it "
-                 f"needs{note}:",
-                 *(f"  - {line}" for m in missing for line in m.describe()),
-                 "Grant them (as the owner of each object, or a superuser), then run it again:",
-                 *(f"  {g}" for g in self.grants)]
+        lines = [
+            f"{what} cannot run as role {role}: it lacks {count} privilege{'' if count == 1 else 's'} it needs{note}:",
+            *(f"  - {line}" for m in missing for line in m.describe()),
+            "Grant them (as the owner of each object, or a superuser), then run it again:",
+            *(f"  {g}" for g in self.grants),
+        ]
         super().__init__("\n".join(lines))
 
 
@@ -153,9 +174,15 @@ def missing_privileges(conn: psycopg.Connection, needs: Iterable[Need]) -> tuple
     wanted = list(dict.fromkeys(needs))
     if not wanted:
         return [], conn.execute("SELECT quote_ident(current_user)").fetchone()[0]
-    rows = conn.execute(queries.load("privileges/select_missing_privileges"), {
-        "kinds": [n.kind for n in wanted], "schemas": [n.schema for n in wanted], "names": [n.name for n in wanted],
-        "privileges": [n.privilege for n in wanted]}).fetchall()
+    rows = conn.execute(
+        queries.load("privileges/select_missing_privileges"),
+        {
+            "kinds": [n.kind for n in wanted],
+            "schemas": [n.schema for n in wanted],
+            "names": [n.name for n in wanted],
+            "privileges": [n.privilege for n in wanted],
+        },
+    ).fetchall()
     role = rows[0][3]
     lacking: dict[tuple[str, str], dict[str, list[str]]] = {}
     for (_i, held, shown, _role), need in zip(rows, wanted, strict=True):
@@ -185,8 +212,10 @@ def blobgc_schema_needs(conn: psycopg.Connection, what: str) -> list[Need]:
     for name, kind in conn.execute(queries.load("privileges/select_schema_relations"), {"schema": BLOBGC_SCHEMA}):
         privileges = {"table": ALL_DML, "view": ("SELECT",), "sequence": ("USAGE",)}[kind]
         table_kind = "sequence" if kind == "sequence" else "table"
-        needs += [Need(table_kind, BLOBGC_SCHEMA, name, p, f"{what} reads and writes blobgc's own {kind}s")
-                  for p in privileges]
+        needs += [
+            Need(table_kind, BLOBGC_SCHEMA, name, p, f"{what} reads and writes blobgc's own {kind}s")
+            for p in privileges
+        ]
     return needs
 
 
@@ -200,9 +229,15 @@ def seed_needs(dag_id: str) -> list[Need]:
     return needs
 
 
-def collection_needs(conn: psycopg.Connection, dag_id: str, collections: Sequence[Collection], *,
-                     extra_references: Mapping[str, Sequence[str]] | None = None, check_references: bool = True,
-                     seeds: bool = True) -> list[Need]:
+def collection_needs(
+    conn: psycopg.Connection,
+    dag_id: str,
+    collections: Sequence[Collection],
+    *,
+    extra_references: Mapping[str, Sequence[str]] | None = None,
+    check_references: bool = True,
+    seeds: bool = True,
+) -> list[Need]:
     """What `dag_id` (one of COLLECTION_TABLE's) uses on the selected `collections`' tables and everything that
     references them (`extra_references`: name -> further reference queries, as app_blob's Variable), found in the
     catalog by name; `check_references` False for a restore that binds its collections only; `seeds` for a
@@ -213,30 +248,47 @@ def collection_needs(conn: psycopg.Connection, dag_id: str, collections: Sequenc
             needs += on_table(c.table, [privilege], why.format(name=c.name))
         if c.column_mode and dag_id == "blobgc_mark":
             needs += on_table(c.table, ["UPDATE"], "blobgc_mark sets app_blob's unused, updated_at and visibility")
-            needs += on_table(PAGE_USAGES, ["SELECT", "UPDATE", "DELETE"],
-                              "blobgc_mark removes the page usages not confirmed within the page grace "
-                              "(DELETE … FOR UPDATE SKIP LOCKED)")
+            needs += on_table(
+                PAGE_USAGES,
+                ["SELECT", "UPDATE", "DELETE"],
+                "blobgc_mark removes the page usages not confirmed within the page grace "
+                "(DELETE … FOR UPDATE SKIP LOCKED)",
+            )
     if dag_id == "blobgc_mark":
-        marked = {name for name, _kind in conn.execute(queries.load("privileges/select_schema_relations"),
-                                                       {"schema": BLOBGC_SCHEMA})}
+        marked = {
+            name
+            for name, _kind in conn.execute(
+                queries.load("privileges/select_schema_relations"), {"schema": BLOBGC_SCHEMA}
+            )
+        }
         for c in collections:
             if not c.column_mode and f"mark_{c.name}" not in marked:
-                needs.append(Need("schema", "", BLOBGC_SCHEMA, "CREATE",
-                                  f"the first real blobgc_mark of collection {c.name!r} creates "
-                                  f"{BLOBGC_SCHEMA}.mark_{c.name}"))
+                needs.append(
+                    Need(
+                        "schema",
+                        "",
+                        BLOBGC_SCHEMA,
+                        "CREATE",
+                        f"the first real blobgc_mark of collection {c.name!r} creates {BLOBGC_SCHEMA}.mark_{c.name}",
+                    )
+                )
     if dag_id in CHECKS_REFERENCES or check_references:
         needs += reference_needs(conn, collections, extra_references or {})
     if dag_id == "blobgc_reconcile" and seeds:
         present = {(s, n) for s, n in named_relations(conn, [tuple(t.split(".", 1)) for t in RECONCILED_SEED_TABLES])}
         for table, privileges in RECONCILED_SEED_TABLES.items():
             if tuple(table.split(".", 1)) in present:
-                needs += on_table(table, privileges, f"blobgc_reconcile reconciles the objects of {table} (and its "
-                                                     "drain's guard checks its rows)")
+                needs += on_table(
+                    table,
+                    privileges,
+                    f"blobgc_reconcile reconciles the objects of {table} (and its drain's guard checks its rows)",
+                )
     return needs
 
 
-def reference_needs(conn: psycopg.Connection, collections: Sequence[Collection],
-                    extra_references: Mapping[str, Sequence[str]]) -> list[Need]:
+def reference_needs(
+    conn: psycopg.Connection, collections: Sequence[Collection], extra_references: Mapping[str, Sequence[str]]
+) -> list[Need]:
     """SELECT (and USAGE on the schema) on every table with a foreign key to a collection's table, and on every
     relation a collection's `references` queries read: every reference is checked before anything is written."""
     if not collections:
@@ -247,11 +299,17 @@ def reference_needs(conn: psycopg.Connection, collections: Sequence[Collection],
         by_table.setdefault((c.schema_name, c.table_name), []).append(c.name)
     targets = list(by_table)
     for schema, name, ref_schema, ref_table, constraint in conn.execute(
-            queries.load("privileges/select_referencing_tables"),
-            {"schemas": [t[0] for t in targets], "names": [t[1] for t in targets]}):
+        queries.load("privileges/select_referencing_tables"),
+        {"schemas": [t[0] for t in targets], "names": [t[1] for t in targets]},
+    ):
         for collection in by_table[(schema, name)]:
-            needs += on_relation(ref_schema, ref_table, ["SELECT"], f"its foreign key {constraint} references "
-                                 f"{schema}.{name} (collection {collection!r}): every reference is checked")
+            needs += on_relation(
+                ref_schema,
+                ref_table,
+                ["SELECT"],
+                f"its foreign key {constraint} references "
+                f"{schema}.{name} (collection {collection!r}): every reference is checked",
+            )
     for c in collections:
         texts = [*c.references, *extra_references.get(c.name, ())]
         for i, text in enumerate(texts):
@@ -277,36 +335,55 @@ def named_relations(conn: psycopg.Connection, names: Sequence[tuple[str | None, 
     """The relations `names` ((schema or None, name)) name in this database, as (schema, name)."""
     if not names:
         return []
-    rows = conn.execute(queries.load("privileges/select_named_relations"),
-                        {"schemas": [s for s, _ in names], "names": [n for _, n in names]}).fetchall()
+    rows = conn.execute(
+        queries.load("privileges/select_named_relations"),
+        {"schemas": [s for s, _ in names], "names": [n for _, n in names]},
+    ).fetchall()
     return list(dict.fromkeys((schema, name) for _i, schema, name in rows))
 
 
-def dag_needs(conn: psycopg.Connection, dag_id: str, *, collections: Sequence[Collection] = (),
-              extra_references: Mapping[str, Sequence[str]] | None = None, check_references: bool = True,
-              seeds: bool = True) -> list[Need]:
+def dag_needs(
+    conn: psycopg.Connection,
+    dag_id: str,
+    *,
+    collections: Sequence[Collection] = (),
+    extra_references: Mapping[str, Sequence[str]] | None = None,
+    check_references: bool = True,
+    seeds: bool = True,
+) -> list[Need]:
     """Everything `dag_id`'s run uses: blobgc's own schema, and its seed tables or its selected collections."""
     needs = blobgc_schema_needs(conn, dag_id)
     if dag_id in COLLECTION_TABLE:
-        needs += collection_needs(conn, dag_id, collections, extra_references=extra_references,
-                                  check_references=check_references, seeds=seeds)
+        needs += collection_needs(
+            conn, dag_id, collections, extra_references=extra_references, check_references=check_references, seeds=seeds
+        )
     needs += seed_needs(dag_id)
     return needs
 
 
-def migrate_needs(conn: psycopg.Connection, schema: str = BLOBGC_SCHEMA, table: str = "schema_migration",
-                  what: str = "python -m blobgc.migrate") -> list[Need]:
+def migrate_needs(
+    conn: psycopg.Connection,
+    schema: str = BLOBGC_SCHEMA,
+    table: str = "schema_migration",
+    what: str = "python -m blobgc.migrate",
+) -> list[Need]:
     """What the migration runner needs: CREATE on the database while `schema` does not exist (it creates it);
     once it exists, USAGE and CREATE on it (its migrations create tables there) and SELECT and INSERT on its
     bookkeeping table."""
     if not conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}).fetchone()[0]:
         return [Need("database", "", conn.info.dbname, "CREATE", f"{what} creates schema {schema}")]
-    return [Need("schema", "", schema, "USAGE", f"{what} creates and alters its tables"),
-            Need("schema", "", schema, "CREATE", f"{what} creates its tables"),
-            *(Need("table", schema, table, p, f"{what} records there what it applied") for p in ("SELECT", "INSERT"))]
+    return [
+        Need("schema", "", schema, "USAGE", f"{what} creates and alters its tables"),
+        Need("schema", "", schema, "CREATE", f"{what} creates its tables"),
+        *(Need("table", schema, table, p, f"{what} records there what it applied") for p in ("SELECT", "INSERT")),
+    ]
 
 
-def check_migrate_privileges(conn: psycopg.Connection, schema: str = BLOBGC_SCHEMA, table: str = "schema_migration",
-                             what: str = "python -m blobgc.migrate") -> None:
+def check_migrate_privileges(
+    conn: psycopg.Connection,
+    schema: str = BLOBGC_SCHEMA,
+    table: str = "schema_migration",
+    what: str = "python -m blobgc.migrate",
+) -> None:
     """Raise MissingPrivileges, naming each GRANT, unless the role may run the migrations into `schema`."""
     check_privileges(conn, what, migrate_needs(conn, schema, table, what))

@@ -5,6 +5,7 @@ blobgc's statements live in `blobgc/sql/` (migrations in `blobgc/sql/migrations/
 installed wheel, and in a zipped or copied deployment. An application beside blobgc (the demo's
 `demo_app`) keeps its own under its own package and loads them with `load(name, package=...)`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,5 +26,7 @@ def load(name: str, package: str = PACKAGE) -> str:
     try:
         return sql_root(package).joinpath(f"{name}.sql").read_text(encoding="utf-8")
     except FileNotFoundError as error:
-        raise FileNotFoundError(f"no SQL statement {name!r} in package {package!r} ({package}/sql/{name}.sql): "
-                                "is the package installed whole, with its package data?") from error
+        raise FileNotFoundError(
+            f"no SQL statement {name!r} in package {package!r} ({package}/sql/{name}.sql): "
+            "is the package installed whole, with its package data?"
+        ) from error

@@ -11,6 +11,7 @@ NOT EXISTS (or a join), never by `x IN (subquery)`, whose answer is unknown as s
 yields a NULL. Extra queries are checked before anything is written: one that fails, or returns
 anything but one column of the blob id's type, fails the discovery naming the query.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,7 +79,9 @@ class ReferenceSet:
 
 
 def discover_references(
-    conn: psycopg.Connection, target: str = BLOB_TABLE, extra_sql: Sequence[str] = (),
+    conn: psycopg.Connection,
+    target: str = BLOB_TABLE,
+    extra_sql: Sequence[str] = (),
     id_column: str = BLOB_ID_COLUMN,
 ) -> ReferenceSet:
     """Read the catalog for every foreign key to `target`, check the extra queries, warn about unindexed keys.
@@ -87,26 +90,35 @@ def discover_references(
     a referencing table it may not read, a key whose columns do not pair up, an extra query that
     fails or returns something other than one column of blob ids.
     """
-    id_type, id_category = conn.execute(queries.load("references/select_id_type"),
-                                        {"target": target, "column": id_column}).fetchone() or (None, None)
+    id_type, id_category = conn.execute(
+        queries.load("references/select_id_type"), {"target": target, "column": id_column}
+    ).fetchone() or (None, None)
     if id_type is None:
         raise UnfollowableReference(f"{target} has no column {id_column!r}")
     refs: list[Reference] = []
     oids: list[int] = []
     for oid, schema, table, columns, targets, constraint, indexed, readable, on_delete in conn.execute(
-            queries.load("references/select_foreign_keys_to_table"), {"target": target}).fetchall():
+        queries.load("references/select_foreign_keys_to_table"), {"target": target}
+    ).fetchall():
         oids.append(oid)
         if not readable:
-            raise UnfollowableReference(f"cannot follow foreign key {constraint} on {schema}.{table}: this role may not "
-                                 f"SELECT from {schema}.{table}, so its references to {target} cannot be checked; "
-                                 "grant SELECT on it")
+            raise UnfollowableReference(
+                f"cannot follow foreign key {constraint} on {schema}.{table}: this role may not "
+                f"SELECT from {schema}.{table}, so its references to {target} cannot be checked; "
+                "grant SELECT on it"
+            )
         if not columns or len(columns) != len(targets) or None in columns or None in targets:
-            raise UnfollowableReference(f"cannot follow foreign key {constraint} on {schema}.{table}: its columns "
-                                 f"{columns} do not pair up with {target}'s {targets}")
+            raise UnfollowableReference(
+                f"cannot follow foreign key {constraint} on {schema}.{table}: its columns "
+                f"{columns} do not pair up with {target}'s {targets}"
+            )
         ref = Reference(schema, table, tuple(columns), constraint, indexed, tuple(targets), on_delete)
         if not indexed:
-            log.warning("foreign key %s (%s) has no index on its columns: reference checks will scan the table",
-                        ref.name, ref.constraint)
+            log.warning(
+                "foreign key %s (%s) has no index on its columns: reference checks will scan the table",
+                ref.name,
+                ref.constraint,
+            )
         refs.append(ref)
     cleaned = tuple(s.strip().rstrip(";").strip() for s in extra_sql if s and s.strip())
     for i, text in enumerate(cleaned):
@@ -129,8 +141,9 @@ def check_unchanged(conn: psycopg.Connection, refs: ReferenceSet) -> None:
     """
     if refs.fingerprint is None:
         return
-    now = tuple(conn.execute(queries.load("references/select_foreign_key_oids"), {"target": refs.table}).fetchone()[0]
-                or ())
+    now = tuple(
+        conn.execute(queries.load("references/select_foreign_key_oids"), {"target": refs.table}).fetchone()[0] or ()
+    )
     if now != refs.fingerprint:
         raise ReferencesChanged(f"the foreign keys to {refs.table} changed while the sweep ran")
 
@@ -144,25 +157,33 @@ def check_extra_query(conn: psycopg.Connection, index: int, text: str, id_type: 
             conn.execute("SET TRANSACTION READ ONLY")
             cursor = conn.execute(probe)
             columns = cursor.description or []
-            types = [conn.execute(queries.load("references/select_type_category"), {"oid": c.type_code}).fetchone()
-                     for c in columns]
+            types = [
+                conn.execute(queries.load("references/select_type_category"), {"oid": c.type_code}).fetchone()
+                for c in columns
+            ]
     except psycopg.Error as error:
-        raise UnfollowableReference(f"extra reference query [{index}] fails: {shown!r}: "
-                             f"{type(error).__name__}: {str(error).strip()}") from error
+        raise UnfollowableReference(
+            f"extra reference query [{index}] fails: {shown!r}: {type(error).__name__}: {str(error).strip()}"
+        ) from error
     if len(columns) != 1:
-        raise UnfollowableReference(f"extra reference query [{index}] returns {len(columns)} columns; it must return one "
-                             f"column of blob ids: {shown!r}")
+        raise UnfollowableReference(
+            f"extra reference query [{index}] returns {len(columns)} columns; it must return one "
+            f"column of blob ids: {shown!r}"
+        )
     got_type, got_category = types[0]
     if got_type != id_type and got_category != id_category:
-        raise UnfollowableReference(f"extra reference query [{index}] returns a column of type {got_type}, but blob ids "
-                             f"are {id_type}: {shown!r}")
+        raise UnfollowableReference(
+            f"extra reference query [{index}] returns a column of type {got_type}, but blob ids "
+            f"are {id_type}: {shown!r}"
+        )
 
 
 def reference_match(ref: Reference, ref_alias: sql.Identifier, blob_alias: sql.Identifier) -> sql.Composable:
     """`r.c1 = b.t1 AND r.c2 = b.t2 ...`: a referencing row matches a blob row (never true on a NULL)."""
     return sql.SQL(" AND ").join(
         sql.SQL("{r}.{c} = {b}.{t}").format(r=ref_alias, c=sql.Identifier(c), b=blob_alias, t=sql.Identifier(t))
-        for c, t in zip(ref.columns, ref.target_columns, strict=True))
+        for c, t in zip(ref.columns, ref.target_columns, strict=True)
+    )
 
 
 def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> sql.Composable:
@@ -176,8 +197,10 @@ def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> 
 
     def condition(column: sql.Composable) -> sql.Composable:
         if scope == "range":
-            return sql.SQL("{c} IS NOT NULL AND (%(lo)s::{t} IS NULL OR {c} >= %(lo)s::{t}) "
-                           "AND (%(hi)s::{t} IS NULL OR {c} < %(hi)s::{t})").format(c=column, t=id_type)
+            return sql.SQL(
+                "{c} IS NOT NULL AND (%(lo)s::{t} IS NULL OR {c} >= %(lo)s::{t}) "
+                "AND (%(hi)s::{t} IS NULL OR {c} < %(hi)s::{t})"
+            ).format(c=column, t=id_type)
         return sql.SQL("{c} = ANY(%(ids)b::{t}[])").format(c=column, t=id_type)
 
     r, b = sql.Identifier("r"), sql.Identifier("b")
@@ -186,19 +209,35 @@ def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> 
         table = sql.Identifier(ref.schema, ref.table)
         if ref.direct(refs.id_column):
             col = sql.SQL("{r}.{c}").format(r=r, c=sql.Identifier(ref.columns[0]))
-            parts.append(sql.SQL("SELECT {col} AS blob_id FROM {table} AS {r} WHERE {cond}").format(
-                col=col, table=table, r=r, cond=condition(col)))
+            parts.append(
+                sql.SQL("SELECT {col} AS blob_id FROM {table} AS {r} WHERE {cond}").format(
+                    col=col, table=table, r=r, cond=condition(col)
+                )
+            )
         else:
             col = sql.SQL("{b}.{c}").format(b=b, c=sql.Identifier(refs.id_column))
-            parts.append(sql.SQL("SELECT {col} AS blob_id FROM {blobs} AS {b} WHERE {cond} AND EXISTS "
-                                 "(SELECT 1 FROM {table} AS {r} WHERE {match})").format(
-                col=col, blobs=refs.table_identifier, b=b, cond=condition(col), table=table, r=r,
-                match=reference_match(ref, r, b)))
+            parts.append(
+                sql.SQL(
+                    "SELECT {col} AS blob_id FROM {blobs} AS {b} WHERE {cond} AND EXISTS "
+                    "(SELECT 1 FROM {table} AS {r} WHERE {match})"
+                ).format(
+                    col=col,
+                    blobs=refs.table_identifier,
+                    b=b,
+                    cond=condition(col),
+                    table=table,
+                    r=r,
+                    match=reference_match(ref, r, b),
+                )
+            )
     for i, text in enumerate(refs.extra_sql):
         alias = sql.Identifier(f"extra_{i}")
         col = sql.SQL("{a}.blob_id::{t}").format(a=alias, t=id_type)
-        parts.append(sql.SQL("SELECT {col} FROM ({q}) AS {a}(blob_id) WHERE {cond}").format(
-            col=col, q=sql.SQL(text.replace("%", "%%")), a=alias, cond=condition(col)))
+        parts.append(
+            sql.SQL("SELECT {col} FROM ({q}) AS {a}(blob_id) WHERE {cond}").format(
+                col=col, q=sql.SQL(text.replace("%", "%%")), a=alias, cond=condition(col)
+            )
+        )
     if not parts:
         return sql.SQL("SELECT NULL::{t} AS blob_id WHERE false").format(t=id_type)
     return sql.SQL(" UNION ALL ").join(parts)
@@ -214,11 +253,20 @@ def unreferenced_condition(refs: ReferenceSet, blob_alias: str = "b") -> sql.Com
     checks: list[sql.Composable] = []
     for n, ref in enumerate(refs.foreign_keys):
         r = sql.Identifier(f"ref_{n}")
-        checks.append(sql.SQL("NOT EXISTS (SELECT 1 FROM {table} AS {r} WHERE {match})").format(
-            table=sql.Identifier(ref.schema, ref.table), r=r, match=reference_match(ref, r, b)))
+        checks.append(
+            sql.SQL("NOT EXISTS (SELECT 1 FROM {table} AS {r} WHERE {match})").format(
+                table=sql.Identifier(ref.schema, ref.table), r=r, match=reference_match(ref, r, b)
+            )
+        )
     for i, text in enumerate(refs.extra_sql):
         alias = sql.Identifier(f"extra_{i}")
-        checks.append(sql.SQL("NOT EXISTS (SELECT 1 FROM ({q}) AS {a}(blob_id) WHERE {a}.blob_id::{t} = {b}.{id})")
-                      .format(q=sql.SQL(text.replace("%", "%%")), a=alias, t=sql.SQL(refs.id_type), b=b,
-                              id=sql.Identifier(refs.id_column)))
+        checks.append(
+            sql.SQL("NOT EXISTS (SELECT 1 FROM ({q}) AS {a}(blob_id) WHERE {a}.blob_id::{t} = {b}.{id})").format(
+                q=sql.SQL(text.replace("%", "%%")),
+                a=alias,
+                t=sql.SQL(refs.id_type),
+                b=b,
+                id=sql.Identifier(refs.id_column),
+            )
+        )
     return sql.SQL(" AND ").join(checks) if checks else sql.SQL("true")

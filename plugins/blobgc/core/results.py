@@ -4,6 +4,7 @@ XCom carries ids and counts, never key lists: a field marked `local()` (sample k
 the task's log. `to_xcom` and `from_xcom` are explicit, so a report task reads the same type back
 that the task wrote.
 """
+
 from __future__ import annotations
 
 from dataclasses import field, fields

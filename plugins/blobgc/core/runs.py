@@ -9,6 +9,7 @@ Every cut-off a run applies is measured from its *reference time*, fixed by its 
 A mistyped backfill, a manual trigger or `airflow dags test dag 2030-01-01` thus never moves a grace
 period's end past the present; such a run logs that it was clamped.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,9 +49,14 @@ def ensure_run(conn: psycopg.Connection, run: RunRef, requested_time: datetime |
         ).fetchone()
     reference = reference or now
     if requested_time is not None and requested_time > reference:
-        log.warning("run %s of %s asks for cut-offs measured from %s, which is in the future: they are measured "
-                    "from %s instead (clamped to the database's now() when the run started)",
-                    run.run_id, run.dag_id, requested_time.isoformat(), reference.isoformat())
+        log.warning(
+            "run %s of %s asks for cut-offs measured from %s, which is in the future: they are measured "
+            "from %s instead (clamped to the database's now() when the run started)",
+            run.run_id,
+            run.dag_id,
+            requested_time.isoformat(),
+            reference.isoformat(),
+        )
     return replace(run, reference_time=reference)
 
 
@@ -61,8 +67,16 @@ def cutoff(run: RunRef, **grace: float) -> datetime:
     return run.reference_time - timedelta(**grace)
 
 
-def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects: int = 0, bytes_: int = 0,
-               part: str = "", collection: str | None = None) -> None:
+def add_counts(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    rows: int = 0,
+    objects: int = 0,
+    bytes_: int = 0,
+    part: str = "",
+    collection: str | None = None,
+) -> None:
     """Add to the run's counters; call inside the transaction that did the work.
 
     On a dry run the figures are what would go, kept per `part` of the run (see `restart_dry_run_part`).
@@ -71,8 +85,14 @@ def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects:
     """
     if not (rows or objects or bytes_):
         return
-    params = {"dag_id": run.dag_id, "run_id": run.run_id, "rows": rows, "objects": objects, "bytes": bytes_,
-              "collection": collection}
+    params = {
+        "dag_id": run.dag_id,
+        "run_id": run.run_id,
+        "rows": rows,
+        "objects": objects,
+        "bytes": bytes_,
+        "collection": collection,
+    }
     if run.dry_run:
         write_part_counts(conn, {**params, "part": part, "replace": False})
         return
@@ -81,23 +101,51 @@ def add_counts(conn: psycopg.Connection, run: RunRef, *, rows: int = 0, objects:
         add_collection_counts(conn, run, collection, rows=rows, objects=objects, bytes_=bytes_)
 
 
-def add_collection_counts(conn: psycopg.Connection, run: RunRef, collection: str, *, rows: int = 0,
-                          objects: int = 0, bytes_: int = 0) -> None:
+def add_collection_counts(
+    conn: psycopg.Connection, run: RunRef, collection: str, *, rows: int = 0, objects: int = 0, bytes_: int = 0
+) -> None:
     """Count work already in the run's totals for one collection too (the drain's objects, by their log's source)."""
     if run.dry_run or not (rows or objects or bytes_):
         return
-    conn.execute(queries.load("runs/add_collection_counts"), {
-        "dag_id": run.dag_id, "run_id": run.run_id, "collection": collection, "rows": rows, "objects": objects,
-        "bytes": bytes_})
+    conn.execute(
+        queries.load("runs/add_collection_counts"),
+        {
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "collection": collection,
+            "rows": rows,
+            "objects": objects,
+            "bytes": bytes_,
+        },
+    )
 
 
-def set_counts(conn: psycopg.Connection, run: RunRef, *, rows: int, objects: int, bytes_: int, part: str = "",
-               collection: str | None = None) -> None:
+def set_counts(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    rows: int,
+    objects: int,
+    bytes_: int,
+    part: str = "",
+    collection: str | None = None,
+) -> None:
     """Set a dry run's counters for one part outright: a report computed whole in one transaction."""
     if not run.dry_run:
         raise ValueError("set_counts is for a dry run's report; a real run adds what its work did (add_counts)")
-    write_part_counts(conn, {"dag_id": run.dag_id, "run_id": run.run_id, "part": part, "rows": rows,
-                             "objects": objects, "bytes": bytes_, "collection": collection, "replace": True})
+    write_part_counts(
+        conn,
+        {
+            "dag_id": run.dag_id,
+            "run_id": run.run_id,
+            "part": part,
+            "rows": rows,
+            "objects": objects,
+            "bytes": bytes_,
+            "collection": collection,
+            "replace": True,
+        },
+    )
 
 
 def write_part_counts(conn: psycopg.Connection, params: dict[str, Any]) -> None:
@@ -105,8 +153,10 @@ def write_part_counts(conn: psycopg.Connection, params: dict[str, Any]) -> None:
     with conn.transaction():
         conn.execute(queries.load("runs/insert_empty_part"), params)  # a row to lock, even for a part's first write
         old = conn.execute(queries.load("runs/select_part_counts"), params).fetchone() or (0, 0, 0)
-        conn.execute(queries.load("runs/add_part_counts"),
-                     {**params, "old_rows": old[0], "old_objects": old[1], "old_bytes": old[2]})
+        conn.execute(
+            queries.load("runs/add_part_counts"),
+            {**params, "old_rows": old[0], "old_objects": old[1], "old_bytes": old[2]},
+        )
 
 
 def restart_dry_run_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
@@ -118,8 +168,9 @@ def restart_dry_run_part(conn: psycopg.Connection, run: RunRef, part: str) -> No
     if not run.dry_run:
         return
     with conn.transaction():
-        conn.execute(queries.load("runs/delete_part_report"), {"dag_id": run.dag_id, "run_id": run.run_id,
-                                                                "part": part})
+        conn.execute(
+            queries.load("runs/delete_part_report"), {"dag_id": run.dag_id, "run_id": run.run_id, "part": part}
+        )
 
 
 def finish_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ follow) is not something a retry can fix: the Airflow layer turns ConfigurationE
 failure without retries, with the message, before anything is deleted. The values here are plain
 data; reading them from Airflow Variables is the Airflow layer's job (`blobgc.dag_kit.variables`).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -26,30 +27,38 @@ def check_image_sizes(sizes: object) -> dict[str, int]:
     edges in pixels, 0 for unscaled."""
     example = '{"orig": 0, "big": 1280, "medium": 640, "thumb": 160}'
     if not isinstance(sizes, dict) or not sizes:
-        raise ConfigurationError("Variable blobgc_image_sizes must be a non-empty JSON object of size name -> "
-                                 f"longest edge in pixels (0 = unscaled), e.g. {example}")
+        raise ConfigurationError(
+            "Variable blobgc_image_sizes must be a non-empty JSON object of size name -> "
+            f"longest edge in pixels (0 = unscaled), e.g. {example}"
+        )
     for name, edge in sizes.items():
         if not isinstance(name, str) or not IMAGE_SIZE_NAME.fullmatch(name):
-            raise ConfigurationError(f"Variable blobgc_image_sizes: size name {name!r} is not allowed: a name becomes "
-                                     "part of the file name images/{id[:2]}/{id}/{name}.jpg and must match [a-z0-9_]+ "
-                                     f"(lower-case ASCII letters, digits, underscore), e.g. {example}")
+            raise ConfigurationError(
+                f"Variable blobgc_image_sizes: size name {name!r} is not allowed: a name becomes "
+                "part of the file name images/{id[:2]}/{id}/{name}.jpg and must match [a-z0-9_]+ "
+                f"(lower-case ASCII letters, digits, underscore), e.g. {example}"
+            )
         if not isinstance(edge, int) or isinstance(edge, bool) or edge < 0:
-            raise ConfigurationError(f"Variable blobgc_image_sizes: size {name!r} has longest edge {edge!r}; it must "
-                                     "be a whole number of pixels >= 0 (0 = unscaled)")
+            raise ConfigurationError(
+                f"Variable blobgc_image_sizes: size {name!r} has longest edge {edge!r}; it must "
+                "be a whole number of pixels >= 0 (0 = unscaled)"
+            )
     return dict(sizes)
 
 
 def check_networks(value: object) -> list[str]:
     """Variable blobgc_crawler_allowed_networks: a JSON list of CIDRs."""
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigurationError('Variable blobgc_crawler_allowed_networks must be a JSON list of CIDRs, '
-                                 'e.g. ["10.1.2.0/24"]')
+        raise ConfigurationError(
+            'Variable blobgc_crawler_allowed_networks must be a JSON list of CIDRs, e.g. ["10.1.2.0/24"]'
+        )
     for cidr in value:
         try:
             ipaddress.ip_network(cidr, strict=False)
         except ValueError as error:
-            raise ConfigurationError(f"Variable blobgc_crawler_allowed_networks: {cidr!r} is not a CIDR: "
-                                     f"{error}") from error
+            raise ConfigurationError(
+                f"Variable blobgc_crawler_allowed_networks: {cidr!r} is not a CIDR: {error}"
+            ) from error
     return list(value)
 
 
@@ -89,11 +98,16 @@ class MediaSettings:
         extra = extra or {}
         defaults = cls()
         try:
-            if not isinstance(extra, dict) or set(extra) - {"file_limit_mb", "monthly_limit_mb", "image_thumbs",
-                                                             "icon_thumbs"}:
+            if not isinstance(extra, dict) or set(extra) - {
+                "file_limit_mb",
+                "monthly_limit_mb",
+                "image_thumbs",
+                "icon_thumbs",
+            }:
                 raise ValueError("unknown keys")
-            sizes = {k: tuple((int(w), int(h)) for w, h in extra[k]) for k in ("image_thumbs", "icon_thumbs")
-                     if k in extra}
+            sizes = {
+                k: tuple((int(w), int(h)) for w, h in extra[k]) for k in ("image_thumbs", "icon_thumbs") if k in extra
+            }
             if any(not v or min(min(s) for s in v) < 1 for v in sizes.values()):
                 raise ValueError("thumbnail sizes must be positive")
             return cls(
@@ -103,6 +117,8 @@ class MediaSettings:
                 **sizes,
             )
         except (TypeError, ValueError) as error:
-            raise ConfigurationError('Variable blobgc_media_settings must be JSON like {"file_limit_mb": 10, '
-                                     '"monthly_limit_mb": 200, "image_thumbs": [[640, 640], [240, 240]], '
-                                     f'"icon_thumbs": [[256, 256], [64, 64]]}}: {error}') from error
+            raise ConfigurationError(
+                'Variable blobgc_media_settings must be JSON like {"file_limit_mb": 10, '
+                '"monthly_limit_mb": 200, "image_thumbs": [[640, 640], [240, 240]], '
+                f'"icon_thumbs": [[256, 256], [64, 64]]}}: {error}'
+            ) from error

@@ -1,4 +1,5 @@
 """Human-readable byte counts for logs and reports, and what bytes cost to store."""
+
 from __future__ import annotations
 
 

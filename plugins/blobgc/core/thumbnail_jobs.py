@@ -12,11 +12,12 @@ dead-letters the job. A master lacking thumbnails is queued again only when its 
 the cleaner's min age, so a lost job is requeued later and never blocks it forever; a new upload
 always queues (its bytes are new).
 """
+
 from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,9 @@ def job_json(kind: str, bucket: str, key: str) -> str:
     return json.dumps({"type": kind, "bucket": bucket, "originalKey": key})
 
 
-def queue_thumbnail_jobs(redis, kind: str, bucket: str, keys: list[str], *,
-                         requeue_after_seconds: float | None = None) -> int:
+def queue_thumbnail_jobs(
+    redis, kind: str, bucket: str, keys: list[str], *, requeue_after_seconds: float | None = None
+) -> int:
     """Queue the thumbnails of `keys` (masters of one bucket); returns how many jobs were pushed.
 
     With `requeue_after_seconds`, a master whose job was queued less than that long ago (by the
@@ -75,7 +77,7 @@ def queue_thumbnail_jobs(redis, kind: str, bucket: str, keys: list[str], *,
     after = -1.0 if requeue_after_seconds is None else float(requeue_after_seconds)
     for start in range(0, len(keys), 500):
         args: list[str | float] = [after]
-        for key in keys[start:start + 500]:
+        for key in keys[start : start + 500]:
             args += [queued_field(bucket, key), job_json(kind, bucket, key)]
         pushed += int(redis.eval(QUEUE_JOBS_SCRIPT, 2, QUEUE, QUEUED, *args))
     return pushed
@@ -89,11 +91,14 @@ def recently_queued(redis, bucket: str, keys: list[str], requeue_after_seconds: 
     now = seconds + micros / 1_000_000
     recent: set[str] = set()
     for start in range(0, len(keys), 1000):
-        chunk = keys[start:start + 1000]
+        chunk = keys[start : start + 1000]
         times = redis.hmget(QUEUED, [queued_field(bucket, k) for k in chunk])
-        recent.update(k for k, t in zip(chunk, times) if t is not None and now - float(text(t)) < requeue_after_seconds)
+        recent.update(
+            k
+            for k, t in zip(chunk, times, strict=True)
+            if t is not None and now - float(text(t)) < requeue_after_seconds
+        )
     return recent
-
 
 
 def taken_jobs(redis, batch: int) -> list[str]:
@@ -139,13 +144,18 @@ def check_dead_letter_cap(cap: int) -> None:
         raise ValueError(f"the dead-letter cap must be a whole number of at least 1, not {cap!r}")
 
 
-def finish(redis, raw: str | bytes, dead_reason: str | None = None, *,
-           dead_letter_cap: int = DEAD_LETTER_CAP) -> int:
+def finish(redis, raw: str | bytes, dead_reason: str | None = None, *, dead_letter_cap: int = DEAD_LETTER_CAP) -> int:
     """Settle a taken job (done, or dead-lettered with `dead_reason`); returns the dead letters trimmed."""
-    dead = "" if dead_reason is None else json.dumps({"job": text(raw), "error": dead_reason,
-                                                      "at": datetime.now(timezone.utc).isoformat()})
-    return int(redis.eval(FINISH_JOB_SCRIPT, 3, PROCESSING, DEAD_LETTERS, QUEUED, raw, dead, dead_letter_cap,
-                          queued_field_of(raw)))
+    dead = (
+        ""
+        if dead_reason is None
+        else json.dumps({"job": text(raw), "error": dead_reason, "at": datetime.now(UTC).isoformat()})
+    )
+    return int(
+        redis.eval(
+            FINISH_JOB_SCRIPT, 3, PROCESSING, DEAD_LETTERS, QUEUED, raw, dead, dead_letter_cap, queued_field_of(raw)
+        )
+    )
 
 
 # Trim the dead-letter list to its cap (a lowered cap applies at once). KEYS: dead letters. ARGV: cap.
@@ -197,6 +207,12 @@ def thumbnail_queue_counts(redis) -> dict[str, int]:
     pipe.llen(DEAD_LETTERS)
     pipe.hlen(QUEUED)
     queued, processing, dead, tracked = pipe.execute()
-    log.info("thumbnail queue: %d jobs queued, %d in processing, %d dead-lettered, %d masters tracked as queued "
-             "(dry run: nothing taken)", queued, processing, dead, tracked)
+    log.info(
+        "thumbnail queue: %d jobs queued, %d in processing, %d dead-lettered, %d masters tracked as queued "
+        "(dry run: nothing taken)",
+        queued,
+        processing,
+        dead,
+        tracked,
+    )
     return {"queued": queued, "processing": processing, "dead_letters": dead, "tracked": tracked}

@@ -11,6 +11,7 @@ Seed 001's image rows are bound to files that a drain may be deleting: `insert_i
 `require_existing` binds a row to an existing image id only while it still has one, under the image
 id's shared stripe lock (`blobgc.core.locks`), which the drain's guard takes exclusively.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,15 @@ def upload_with_intent(
     otherwise it stays owed to `owed_to`'s drain. The error is raised either way.
     """
     keys = list(bodies)
-    log_id = owe_upload_intent(conn, dag_id=owed_to, run_id=f"intent:{run_id}", source=source, bucket=bucket,
-                               keys=keys, sizes=[len(b) for b in bodies.values()])
+    log_id = owe_upload_intent(
+        conn,
+        dag_id=owed_to,
+        run_id=f"intent:{run_id}",
+        source=source,
+        bucket=bucket,
+        keys=keys,
+        sizes=[len(b) for b in bodies.values()],
+    )
     try:
         for key, body in bodies.items():
             s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type)
@@ -81,7 +89,14 @@ def insert_image_rows(conn: psycopg.Connection, rows: list[tuple], *, require_ex
     if not rows:
         return []
     columns = list(zip(*rows, strict=True))
-    return conn.execute(queries.load("images/insert_images"), {
-        "image_ids": list(columns[0]), "offer_ids": list(columns[1]), "url_hashes": list(columns[2]),
-        "body_hashes": list(columns[3]), "nums": list(columns[4]), "require_existing": require_existing,
-    }).fetchall()
+    return conn.execute(
+        queries.load("images/insert_images"),
+        {
+            "image_ids": list(columns[0]),
+            "offer_ids": list(columns[1]),
+            "url_hashes": list(columns[2]),
+            "body_hashes": list(columns[3]),
+            "nums": list(columns[4]),
+            "require_existing": require_existing,
+        },
+    ).fetchall()

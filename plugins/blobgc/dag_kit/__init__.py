@@ -17,19 +17,33 @@ use, so that Airflow's own processes, which import `worker_identity` for `[core]
 load nothing else of blobgc (and a new deployment of the library is not shadowed by an old copy
 already imported into the scheduler).
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
 _EXPORTS = {
-    "HTTP_POOL": "params", "S3_POOL": "params", "dag_defaults": "params", "default_args": "params",
-    "deleting_params": "params", "destructive_params": "params", "plan_params": "params",
-    "deletion_gate": "gate", "fix_run_plan": "steps", "list_plan_parts": "steps",
+    "HTTP_POOL": "params",
+    "S3_POOL": "params",
+    "dag_defaults": "params",
+    "default_args": "params",
+    "deleting_params": "params",
+    "destructive_params": "params",
+    "plan_params": "params",
+    "deletion_gate": "gate",
+    "fix_run_plan": "steps",
+    "list_plan_parts": "steps",
     "owe_planned_objects": "steps",
-    "Step": "steps", "drain_owed_objects": "steps", "failing_fast": "steps", "gc_step": "steps",
-    "purge_owed_cache_keys": "steps", "report_run": "steps",
-    "BlobgcFailureNotifier": "notify", "check_notify_variable": "notify", "failure_notifier": "notify",
+    "Step": "steps",
+    "drain_owed_objects": "steps",
+    "failing_fast": "steps",
+    "gc_step": "steps",
+    "purge_owed_cache_keys": "steps",
+    "report_run": "steps",
+    "BlobgcFailureNotifier": "notify",
+    "check_notify_variable": "notify",
+    "failure_notifier": "notify",
 }
 __all__ = sorted(_EXPORTS)
 

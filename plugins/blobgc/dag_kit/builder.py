@@ -15,6 +15,7 @@
 
 A DAG file declares its kind, Params, schedule, tags and `doc_md`, and calls `destructive_dag`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -82,8 +83,16 @@ class Kind:
     extra_counters: tuple[str, ...] = ()
 
 
-def destructive_dag(dag_id: str, *, kind: Kind, schedule: Any, params: dict[str, Any], tags: list[str],
-                    doc_md: str | None, receipt_path: Callable[[str, str], str]) -> Any:
+def destructive_dag(
+    dag_id: str,
+    *,
+    kind: Kind,
+    schedule: Any,
+    params: dict[str, Any],
+    tags: list[str],
+    doc_md: str | None,
+    receipt_path: Callable[[str, str], str],
+) -> Any:
     """The DAG `dag_id`, wired from `kind` (see the module docstring). `receipt_path(dag_id, run_id)` is where a
     run's receipt page is (`blobgc.reclaim.routes.receipt_path`): the gate links the plan it asks about there."""
     from airflow.sdk import dag
@@ -104,8 +113,12 @@ def destructive_dag(dag_id: str, *, kind: Kind, schedule: Any, params: dict[str,
             results["cache"] = purge_owed_cache_keys(**trigger(kind.drain_trigger_rule))()
             types["cache"] = PurgeResult
             executed >> results["cache"]
-        report_run(trigger_rule=NONE_FAILED, summaries={**kind.summaries, "plan": execution_report},
-                   extra_counters=kind.extra_counters, **types)(**results)
+        report_run(
+            trigger_rule=NONE_FAILED,
+            summaries={**kind.summaries, "plan": execution_report},
+            extra_counters=kind.extra_counters,
+            **types,
+        )(**results)
 
     built = build()
     setattr(built, BUILT_BY, "destructive_dag")

@@ -6,6 +6,7 @@ its references. A bad file fails that task, without retries, naming the collecti
 before anything is written. Each mapped task then binds its own collection again (`one_collection`),
 so it works from the catalog as it is when the task runs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,8 @@ from blobgc.core.collections import (
     warn_unindexed,
 )
 from blobgc.core.keys import load_checked_collections
-from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.core.references import ReferenceSet, UnfollowableReference, discover_references
+from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.connections import S3_CONN_ID, S3ByBucket, s3_client
 from blobgc.dag_kit.variables import blob_bucket, extra_blob_references
@@ -37,12 +38,17 @@ def collections_param() -> Any:
     """Param `collections`: the collections a run works on, by name (null or empty: every one in the file)."""
     from airflow.sdk import Param
 
-    return Param(None, type=["null", "array"], items={"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
-                 description="Work on these collections of the collections file only (default: all of them).")
+    return Param(
+        None,
+        type=["null", "array"],
+        items={"type": "string", "pattern": "^[a-z][a-z0-9_]*$"},
+        description="Work on these collections of the collections file only (default: all of them).",
+    )
 
 
-def checked_collections(conn: psycopg.Connection, params: dict[str, Any], *, index_warnings: bool = False
-                        ) -> list[BoundCollection]:
+def checked_collections(
+    conn: psycopg.Connection, params: dict[str, Any], *, index_warnings: bool = False
+) -> list[BoundCollection]:
     """The collections the run's Param selects, each checked against the catalog with its references."""
     bucket = blob_bucket()
     found = []
@@ -94,5 +100,6 @@ def check_collection_buckets(default_s3, collections: list[BoundCollection]) -> 
     """A deleting DAG's first-task probe of each selected collection's bucket (one listing call of one key): a
     missing one fails the task at once, named with its collection; one these credentials may not list is left
     to the drain, with a warning (a step that only deletes may hold s3:DeleteObject without s3:ListBucket)."""
-    check_buckets(s3_for_collections(default_s3), collection_bucket_origins(collections, blob_bucket()),
-                  listing_needed=False)
+    check_buckets(
+        s3_for_collections(default_s3), collection_bucket_origins(collections, blob_bucket()), listing_needed=False
+    )

@@ -1,4 +1,5 @@
 """Clients from the Airflow connections blobgc reads (docs/reference.md §2): PostgreSQL, S3 and Redis."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -31,9 +32,20 @@ def pg_conninfo(conn_id: str = PG_CONN_ID) -> str:
 
 # The extras PostgresHook reads itself rather than passing to the driver (its `ignored_extra_options`, as of
 # provider 7.1; older releases read the same names without listing them on the class).
-HOOK_EXTRA_OPTIONS = frozenset({"iam", "redshift", "redshift-serverless", "cursor", "cluster-identifier",
-                                "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query",
-                                "azure_conn_id"})
+HOOK_EXTRA_OPTIONS = frozenset(
+    {
+        "iam",
+        "redshift",
+        "redshift-serverless",
+        "cursor",
+        "cluster-identifier",
+        "workgroup-name",
+        "aws_conn_id",
+        "sqlalchemy_scheme",
+        "sqlalchemy_query",
+        "azure_conn_id",
+    }
+)
 
 
 def hook_conninfo(hook: PostgresHook) -> str:
@@ -51,15 +63,22 @@ def hook_conninfo(hook: PostgresHook) -> str:
     login, password, port = connection.login, connection.password, connection.port
     if extra.get("iam", False):
         login, password, port = hook.get_iam_token(connection)
-    fields = {"host": connection.host, "user": login, "password": password, "dbname": hook.database or connection.schema,
-              "port": port}
+    fields = {
+        "host": connection.host,
+        "user": login,
+        "password": password,
+        "dbname": hook.database or connection.schema,
+        "port": port,
+    }
     params = {k: v for k, v in fields.items() if v not in (None, "")}
     ignored = getattr(hook, "ignored_extra_options", HOOK_EXTRA_OPTIONS)
     params.update((k, v) for k, v in extra.items() if k not in ignored)
     if unknown := sorted(set(params) - LIBPQ_KEYWORDS):
-        raise ConfigurationError(f"the {hook.get_conn_id()} connection's extra has {', '.join(unknown)}: neither a "
-                                 f"libpq keyword (sslmode, sslcert, options, ...) nor an extra PostgresHook reads "
-                                 f"({', '.join(sorted(ignored))})")
+        raise ConfigurationError(
+            f"the {hook.get_conn_id()} connection's extra has {', '.join(unknown)}: neither a "
+            f"libpq keyword (sslmode, sslcert, options, ...) nor an extra PostgresHook reads "
+            f"({', '.join(sorted(ignored))})"
+        )
     params.setdefault("application_name", "blobgc")
     return make_conninfo(**params)
 
@@ -109,8 +128,9 @@ def client_config(extra: dict) -> Config:
     try:
         return S3_CONFIG.merge(Config(**kwargs))
     except TypeError as error:
-        raise ConfigurationError(f"the S3 connection's extra config_kwargs are not botocore Config options: "
-                                 f"{error}") from error
+        raise ConfigurationError(
+            f"the S3 connection's extra config_kwargs are not botocore Config options: {error}"
+        ) from error
 
 
 def redis_client(conn_id: str = REDIS_CONN_ID) -> redis.Redis | RedisCluster:

@@ -19,11 +19,12 @@ The decision is enforced where plans are executed (`blobgc.core.plans.check_may_
 item of any part, whoever executes it), so clearing a skipped delete task by hand never deletes a rejected
 plan, nor one that expired while it waited.
 """
+
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from blobgc.core.gate import GateSettings, judge, record_judgement
@@ -102,14 +103,20 @@ def deletion_gate(task_id: str = "gate", *, receipt_path: Callable[[str, str], s
                         log.info("the gate already let this run through (%s)", earlier["decision"])
                         return {"decision": earlier["decision"]}
                     if earlier is not None and earlier["decision"] in (REJECTED, TIMED_OUT):
-                        raise AirflowSkipException(f"this run's plan was {earlier['decision']}"
-                                                   f"{' by ' + earlier['decided_by'] if earlier['decided_by'] else ''}"
-                                                   ": nothing is deleted")
+                        raise AirflowSkipException(
+                            f"this run's plan was {earlier['decision']}"
+                            f"{' by ' + earlier['decided_by'] if earlier['decided_by'] else ''}"
+                            ": nothing is deleted"
+                        )
                     check_fresh(conn, run, plan_of(conn, run), plan_max_age(params))
                     judgement = judge(conn, run, settings, plan_max_age_hours=plan_max_age(params))
-                    log.info("the plan of %s: %s objects, %s\n%s", judgement.plan_run_id,
-                             f"{judgement.planned.objects:,}", human_bytes(judgement.planned.bytes),
-                             judgement.summary())
+                    log.info(
+                        "the plan of %s: %s objects, %s\n%s",
+                        judgement.plan_run_id,
+                        f"{judgement.planned.objects:,}",
+                        human_bytes(judgement.planned.bytes),
+                        judgement.summary(),
+                    )
                     if run.dry_run or not judgement.needs_approval:
                         record_judgement(conn, run, judgement, PASSED)
                         if run.dry_run and judgement.needs_approval:
@@ -121,8 +128,10 @@ def deletion_gate(task_id: str = "gate", *, receipt_path: Callable[[str, str], s
             hours = float(params.get("approval_timeout_hours", APPROVAL_TIMEOUT_HOURS))
             self.response_timeout = timedelta(hours=hours)
             planned = judgement.planned
-            self.subject = (f"Approve {run.dag_id} deleting {planned.objects:,} objects "
-                            f"({human_bytes(planned.bytes)}) and {planned.rows:,} rows?")
+            self.subject = (
+                f"Approve {run.dag_id} deleting {planned.objects:,} objects "
+                f"({human_bytes(planned.bytes)}) and {planned.rows:,} rows?"
+            )
             plan_link = receipt_url(receipt_path(run.dag_id, judgement.plan_run_id))
             self.body = (
                 f"Run `{run.run_id}` of **{run.dag_id}** plans to delete **{planned.objects:,} objects** "
@@ -130,7 +139,8 @@ def deletion_gate(task_id: str = "gate", *, receipt_path: Callable[[str, str], s
                 f"(Variable `blobgc_gate`).\n\n{judgement.summary()}\n\n"
                 f"The plan, key by key: [{plan_link}]({plan_link})\n\n"
                 f"**Approve** deletes exactly this plan, re-checking every item. **Reject** deletes nothing. "
-                f"Without an answer within {hours:g} h, nothing is deleted.")
+                f"Without an answer within {hours:g} h, nothing is deleted."
+            )
             log.info("waiting for a person to approve or reject (%s h at most): %s", f"{hours:g}", plan_link)
             return super().execute(context)
 
@@ -151,6 +161,10 @@ def deletion_gate(task_id: str = "gate", *, receipt_path: Callable[[str, str], s
                     raise AirflowSkipException("no one answered within the timeout: nothing is deleted")
             return super().execute_complete(context, event)
 
-    return DeletionGate(task_id=task_id, subject="Approve this deletion?",
-                        defaults=[ApprovalOperator.REJECT],  # no answer in time: nothing is deleted
-                        response_timeout=timedelta(hours=APPROVAL_TIMEOUT_HOURS), **kwargs)
+    return DeletionGate(
+        task_id=task_id,
+        subject="Approve this deletion?",
+        defaults=[ApprovalOperator.REJECT],  # no answer in time: nothing is deleted
+        response_timeout=timedelta(hours=APPROVAL_TIMEOUT_HOURS),
+        **kwargs,
+    )

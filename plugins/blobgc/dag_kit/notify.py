@@ -16,6 +16,7 @@ Variable, a missing provider or an unreachable server is logged, naming `blobgc_
 stays failed as it was. `check_notify_variable` validates the Variable up front: every DAG's first
 task calls it (`gc_step`), and fails, deleting nothing, on a malformed value or a missing provider.
 """
+
 from __future__ import annotations
 
 import html
@@ -32,10 +33,12 @@ from blobgc.core.settings import ConfigurationError
 log = logging.getLogger(__name__)
 
 VARIABLE = "blobgc_notify"
-EXPECTED = ('unset, empty, {} or "none" for no alerts, or a JSON object with any of '
-            '"email": {"to": [addresses], "smtp_conn_id": ..., "from_email": ..., "cc": [...], "bcc": [...]}, '
-            '"slack": {"slack_webhook_conn_id": ...}, '
-            '"webhook": {"http_conn_id": ..., "endpoint": ..., "headers": {...}}')
+EXPECTED = (
+    'unset, empty, {} or "none" for no alerts, or a JSON object with any of '
+    '"email": {"to": [addresses], "smtp_conn_id": ..., "from_email": ..., "cc": [...], "bcc": [...]}, '
+    '"slack": {"slack_webhook_conn_id": ...}, '
+    '"webhook": {"http_conn_id": ..., "endpoint": ..., "headers": {...}}'
+)
 EXCEPTION_CHARS = 2000  # of the exception's text in an alert; the log has all of it
 WHAT_NEXT = "Fix the cause, then clear the task to re-run it: every blobgc task is idempotent."
 
@@ -59,8 +62,11 @@ class SlackAlert:
 
     slack_webhook_conn_id: str
     kind = "slack"
-    provider = ("airflow.providers.slack.notifications.slack_webhook", "SlackWebhookNotifier",
-                "apache-airflow-providers-slack")
+    provider = (
+        "airflow.providers.slack.notifications.slack_webhook",
+        "SlackWebhookNotifier",
+        "apache-airflow-providers-slack",
+    )
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ def _problem(what: str) -> ConfigurationError:
 
 def _text(section: str, name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise _problem(f'has {section}.{name} {value!r}, not a non-empty string')
+        raise _problem(f"has {section}.{name} {value!r}, not a non-empty string")
     return value
 
 
@@ -92,7 +98,7 @@ def _addresses(section: str, name: str, value: Any, *, required: bool) -> tuple[
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(a, str) and "@" in a for a in items):
-        raise _problem(f'has {section}.{name} {value!r}, not an address or a non-empty list of addresses')
+        raise _problem(f"has {section}.{name} {value!r}, not an address or a non-empty list of addresses")
     return tuple(items)
 
 
@@ -103,7 +109,7 @@ def _section(setting: dict[str, Any], name: str, allowed: set[str]) -> dict[str,
     if not isinstance(section, dict):
         raise _problem(f'has "{name}": {section!r}, not an object')
     if unknown := sorted(set(section) - allowed):
-        raise _problem(f'has unknown {name} field(s) {", ".join(unknown)} (known: {", ".join(sorted(allowed))})')
+        raise _problem(f"has unknown {name} field(s) {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
     return section
 
 
@@ -122,25 +128,31 @@ def parse_notify_setting(raw: str | dict[str, Any] | None) -> list[Channel]:
     if not isinstance(setting, dict):
         raise _problem(f"is {type(setting).__name__} {setting!r}, not an object")
     if unknown := sorted(set(setting) - {"email", "slack", "webhook"}):
-        raise _problem(f'has unknown channel(s) {", ".join(unknown)}')
+        raise _problem(f"has unknown channel(s) {', '.join(unknown)}")
     channels: list[Channel] = []
     if (email := _section(setting, "email", {"to", "smtp_conn_id", "from_email", "cc", "bcc"})) is not None:
-        channels.append(EmailAlert(
-            to=_addresses("email", "to", email.get("to"), required=True),
-            smtp_conn_id=_text("email", "smtp_conn_id", email["smtp_conn_id"]) if "smtp_conn_id" in email else None,
-            from_email=_text("email", "from_email", email["from_email"]) if "from_email" in email else None,
-            cc=_addresses("email", "cc", email.get("cc"), required=False),
-            bcc=_addresses("email", "bcc", email.get("bcc"), required=False)))
+        channels.append(
+            EmailAlert(
+                to=_addresses("email", "to", email.get("to"), required=True),
+                smtp_conn_id=_text("email", "smtp_conn_id", email["smtp_conn_id"]) if "smtp_conn_id" in email else None,
+                from_email=_text("email", "from_email", email["from_email"]) if "from_email" in email else None,
+                cc=_addresses("email", "cc", email.get("cc"), required=False),
+                bcc=_addresses("email", "bcc", email.get("bcc"), required=False),
+            )
+        )
     if (slack := _section(setting, "slack", {"slack_webhook_conn_id"})) is not None:
         channels.append(SlackAlert(_text("slack", "slack_webhook_conn_id", slack.get("slack_webhook_conn_id"))))
     if (hook := _section(setting, "webhook", {"http_conn_id", "endpoint", "headers"})) is not None:
         headers = hook.get("headers") or {}
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise _problem(f"has webhook.headers {headers!r}, not an object of strings")
-        channels.append(WebhookAlert(
-            http_conn_id=_text("webhook", "http_conn_id", hook.get("http_conn_id")),
-            endpoint=_text("webhook", "endpoint", hook["endpoint"]) if hook.get("endpoint") is not None else None,
-            headers=dict(headers)))
+        channels.append(
+            WebhookAlert(
+                http_conn_id=_text("webhook", "http_conn_id", hook.get("http_conn_id")),
+                endpoint=_text("webhook", "endpoint", hook["endpoint"]) if hook.get("endpoint") is not None else None,
+                headers=dict(headers),
+            )
+        )
     return channels
 
 
@@ -157,8 +169,10 @@ def notifier_class(channel: Channel) -> type[BaseNotifier]:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as error:
-        raise ConfigurationError(f"Variable {VARIABLE} asks for {channel.kind} alerts, but {package} is not "
-                                 f"installed ({error}): pip install {package}") from error
+        raise ConfigurationError(
+            f"Variable {VARIABLE} asks for {channel.kind} alerts, but {package} is not "
+            f"installed ({error}): pip install {package}"
+        ) from error
 
 
 def check_notify_variable() -> list[Channel]:
@@ -206,9 +220,16 @@ class FailureAlert:
             log_url = ti.log_url
         except Exception:  # noqa: BLE001 - a TI without one still gets an alert
             log_url = None
-        return cls(dag_id=ti.dag_id, task=task, run_id=ti.run_id, try_number=getattr(ti, "try_number", None),
-                   tries=max_tries + 1 if isinstance(max_tries, int) else None, exception=exception,
-                   log_url=log_url, hostname=getattr(ti, "hostname", None) or None)
+        return cls(
+            dag_id=ti.dag_id,
+            task=task,
+            run_id=ti.run_id,
+            try_number=getattr(ti, "try_number", None),
+            tries=max_tries + 1 if isinstance(max_tries, int) else None,
+            exception=exception,
+            log_url=log_url,
+            hostname=getattr(ti, "hostname", None) or None,
+        )
 
     @property
     def attempt(self) -> str:
@@ -223,41 +244,76 @@ class FailureAlert:
     @property
     def text(self) -> str:
         """Plain text, for Slack and webhooks."""
-        return "\n".join([
-            f"blobgc: task {self.task} of DAG {self.dag_id} failed.",
-            f"Run: {self.run_id}", f"Try: {self.attempt}", f"Exception: {self.exception}",
-            f"Log: {self.log_url or '(no log link)'}", WHAT_NEXT])
+        return "\n".join(
+            [
+                f"blobgc: task {self.task} of DAG {self.dag_id} failed.",
+                f"Run: {self.run_id}",
+                f"Try: {self.attempt}",
+                f"Exception: {self.exception}",
+                f"Log: {self.log_url or '(no log link)'}",
+                WHAT_NEXT,
+            ]
+        )
 
     @property
     def html(self) -> str:
         """The mail's body."""
-        rows = [("DAG", self.dag_id), ("Task", self.task), ("Run", self.run_id), ("Try", self.attempt),
-                ("Host", self.hostname or ""), ("Exception", self.exception)]
+        rows = [
+            ("DAG", self.dag_id),
+            ("Task", self.task),
+            ("Run", self.run_id),
+            ("Try", self.attempt),
+            ("Host", self.hostname or ""),
+            ("Exception", self.exception),
+        ]
         cells = "".join(f"<tr><th align='left'>{name}</th><td>{html.escape(value)}</td></tr>" for name, value in rows)
-        link = (f"<a href=\"{html.escape(self.log_url, quote=True)}\">{html.escape(self.log_url)}</a>"
-                if self.log_url else "(no log link)")
-        return (f"<p>blobgc: task <b>{html.escape(self.task)}</b> of DAG <b>{html.escape(self.dag_id)}</b> "
-                f"failed.</p><table>{cells}<tr><th align='left'>Log</th><td>{link}</td></tr></table>"
-                f"<p>{WHAT_NEXT}</p>")
+        link = (
+            f'<a href="{html.escape(self.log_url, quote=True)}">{html.escape(self.log_url)}</a>'
+            if self.log_url
+            else "(no log link)"
+        )
+        return (
+            f"<p>blobgc: task <b>{html.escape(self.task)}</b> of DAG <b>{html.escape(self.dag_id)}</b> "
+            f"failed.</p><table>{cells}<tr><th align='left'>Log</th><td>{link}</td></tr></table>"
+            f"<p>{WHAT_NEXT}</p>"
+        )
 
     @property
     def payload(self) -> dict[str, Any]:
         """The webhook's JSON body (`text` for chat services that show only that)."""
-        return {"text": self.text, "dag_id": self.dag_id, "task": self.task, "run_id": self.run_id,
-                "try": self.attempt, "exception": self.exception, "log_url": self.log_url}
+        return {
+            "text": self.text,
+            "dag_id": self.dag_id,
+            "task": self.task,
+            "run_id": self.run_id,
+            "try": self.attempt,
+            "exception": self.exception,
+            "log_url": self.log_url,
+        }
 
 
 def channel_notifier(channel: Channel, alert: FailureAlert) -> BaseNotifier:
     """The provider's notifier that sends `alert` through `channel`."""
     cls: Any = notifier_class(channel)
     if isinstance(channel, EmailAlert):
-        return cls(to=list(channel.to), from_email=channel.from_email, smtp_conn_id=channel.smtp_conn_id,
-                   subject=alert.subject, html_content=alert.html, cc=list(channel.cc) or None,
-                   bcc=list(channel.bcc) or None)
+        return cls(
+            to=list(channel.to),
+            from_email=channel.from_email,
+            smtp_conn_id=channel.smtp_conn_id,
+            subject=alert.subject,
+            html_content=alert.html,
+            cc=list(channel.cc) or None,
+            bcc=list(channel.bcc) or None,
+        )
     if isinstance(channel, SlackAlert):
         return cls(slack_webhook_conn_id=channel.slack_webhook_conn_id, text=alert.text)
-    return cls(http_conn_id=channel.http_conn_id, endpoint=channel.endpoint, json=alert.payload,
-               headers={"Content-Type": "application/json", **channel.headers}, extra_options={"timeout": 30})
+    return cls(
+        http_conn_id=channel.http_conn_id,
+        endpoint=channel.endpoint,
+        json=alert.payload,
+        headers={"Content-Type": "application/json", **channel.headers},
+        extra_options={"timeout": 30},
+    )
 
 
 class BlobgcFailureNotifier(BaseNotifier):
@@ -284,11 +340,13 @@ class BlobgcFailureNotifier(BaseNotifier):
             except ConfigurationError as error:
                 log.error("no %s failure alert sent: %s", channel.kind, error)
             except Exception:  # noqa: BLE001 - see above
-                log.exception("the %s failure alert of Variable %s could not be sent (%s)", channel.kind, VARIABLE,
-                              channel)
+                log.exception(
+                    "the %s failure alert of Variable %s could not be sent (%s)", channel.kind, VARIABLE, channel
+                )
             else:
-                log.info("sent the %s failure alert for %s.%s (run %s)", channel.kind, alert.dag_id, alert.task,
-                         alert.run_id)
+                log.info(
+                    "sent the %s failure alert for %s.%s (run %s)", channel.kind, alert.dag_id, alert.task, alert.run_id
+                )
 
 
 def failure_notifier() -> BlobgcFailureNotifier:

@@ -12,6 +12,7 @@ connection `blobgc_airflow_api` (type http: host the api-server's base URL, logi
 allowed to read pools; tokens come from `POST /auth/token`, as in the simple and FAB auth managers).
 Without that connection the check cannot see the pools: it logs a warning saying so and lets the run go on.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,10 +57,15 @@ class MissingPools(ConfigurationError):
 def missing_pool_message(name: str) -> str:
     """What to say about one missing pool: the command that creates it, and where else to declare it."""
     spec = POOLS.get(name)
-    command = (shlex.join(["airflow", "pools", "set", name, str(spec.slots), spec.description]) if spec
-               else f"airflow pools set {shlex.quote(name)} <slots> '<description>'")
-    return (f"pool '{name}' does not exist: create it with `{command}` "
-            "(or in the UI: Admin → Pools, or airflow_settings.yaml for the Astro CLI)")
+    command = (
+        shlex.join(["airflow", "pools", "set", name, str(spec.slots), spec.description])
+        if spec
+        else f"airflow pools set {shlex.quote(name)} <slots> '<description>'"
+    )
+    return (
+        f"pool '{name}' does not exist: create it with `{command}` "
+        "(or in the UI: Admin → Pools, or airflow_settings.yaml for the Astro CLI)"
+    )
 
 
 def check_pools_exist(names: Iterable[str], pool_exists: Callable[[str], bool]) -> None:
@@ -86,16 +92,24 @@ def check_dag_pools(task: Any, conn_id: str = AIRFLOW_API_CONN_ID) -> None:
         return
     api = AirflowPoolsApi.from_connection(conn_id)
     if api is None:
-        log.warning("pools %s not checked: no Airflow connection %r to ask the REST API which pools exist. A "
-                    "task in a missing pool waits in 'scheduled' for ever; add the connection (type http, "
-                    "the api-server's URL, a user allowed to read pools) to have this task check them",
-                    ", ".join(sorted(names)), conn_id)
+        log.warning(
+            "pools %s not checked: no Airflow connection %r to ask the REST API which pools exist. A "
+            "task in a missing pool waits in 'scheduled' for ever; add the connection (type http, "
+            "the api-server's URL, a user allowed to read pools) to have this task check them",
+            ", ".join(sorted(names)),
+            conn_id,
+        )
         return
     try:
         check_pools_exist(names, api.pool_exists)
     except (urllib.error.URLError, OSError) as error:  # HTTPError (a 5xx) included; 401/403/404 are answered above
-        log.warning("pools %s not checked: the Airflow REST API at %s did not answer (%s). The run goes on: an "
-                    "api-server outage must not stop garbage collection", ", ".join(sorted(names)), api.base_url, error)
+        log.warning(
+            "pools %s not checked: the Airflow REST API at %s did not answer (%s). The run goes on: an "
+            "api-server outage must not stop garbage collection",
+            ", ".join(sorted(names)),
+            api.base_url,
+            error,
+        )
         return
     log.info("pools %s exist", ", ".join(sorted(names)))
 
@@ -121,44 +135,53 @@ class AirflowPoolsApi:
         except AirflowNotFoundException:
             return None
         if not c.host or not c.login:
-            raise ConfigurationError(f"connection {conn_id!r} needs a host (the api-server's URL, e.g. "
-                                     "http://airflow-apiserver:8080) and the login of an Airflow user")
+            raise ConfigurationError(
+                f"connection {conn_id!r} needs a host (the api-server's URL, e.g. "
+                "http://airflow-apiserver:8080) and the login of an Airflow user"
+            )
         return cls(base_url_of(c.host, c.port, c.schema), c.login, c.password or "", conn_id)
 
     def pool_exists(self, name: str) -> bool:
         """True if the pool `name` exists, False if the API answers 404."""
         try:
-            self._call("GET", f"/api/v2/pools/{urllib.parse.quote(name, safe='')}",
-                       headers={"Authorization": f"Bearer {self._bearer()}"})
+            self._call(
+                "GET",
+                f"/api/v2/pools/{urllib.parse.quote(name, safe='')}",
+                headers={"Authorization": f"Bearer {self._bearer()}"},
+            )
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return False
             if error.code in (401, 403):
-                raise ConfigurationError(f"the Airflow REST API refused to show pool {name!r} to user "
-                                         f"{self._username!r} (HTTP {error.code}): give it read access to pools"
-                                         ) from error
+                raise ConfigurationError(
+                    f"the Airflow REST API refused to show pool {name!r} to user "
+                    f"{self._username!r} (HTTP {error.code}): give it read access to pools"
+                ) from error
             raise
         return True
 
     def _bearer(self) -> str:
         if self._token is None:
             try:
-                body = self._call("POST", "/auth/token",
-                                  data={"username": self._username, "password": self._password})
+                body = self._call("POST", "/auth/token", data={"username": self._username, "password": self._password})
             except urllib.error.HTTPError as error:
                 if error.code in (400, 401, 403, 422):
-                    raise ConfigurationError(f"the Airflow api-server at {self.base_url} refused user "
-                                             f"{self._username!r} a token (HTTP {error.code}): check the login "
-                                             f"and password of connection {self.conn_id!r}") from error
+                    raise ConfigurationError(
+                        f"the Airflow api-server at {self.base_url} refused user "
+                        f"{self._username!r} a token (HTTP {error.code}): check the login "
+                        f"and password of connection {self.conn_id!r}"
+                    ) from error
                 raise
             self._token = body["access_token"]
         return self._token
 
-    def _call(self, method: str, path: str, *, data: dict | None = None,
-              headers: dict[str, str] | None = None) -> dict:
+    def _call(self, method: str, path: str, *, data: dict | None = None, headers: dict[str, str] | None = None) -> dict:
         request = urllib.request.Request(
-            self.base_url + path, method=method, data=json.dumps(data).encode() if data is not None else None,
-            headers={"Accept": "application/json", "Content-Type": "application/json", **(headers or {})})
+            self.base_url + path,
+            method=method,
+            data=json.dumps(data).encode() if data is not None else None,
+            headers={"Accept": "application/json", "Content-Type": "application/json", **(headers or {})},
+        )
         with urllib.request.urlopen(request, timeout=API_TIMEOUT_SECONDS) as response:  # noqa: S310 - http(s) only
             return json.load(response)
 

@@ -4,6 +4,7 @@
 or writes anything: a missing privilege fails the task at once, without retries, naming each one and its
 GRANT (`blobgc.core.privileges`). A dry run is checked for the real run's privileges.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,6 +37,12 @@ def check_dag_privileges(conn: psycopg.Connection, dag_id: str, params: dict[str
             log.warning("the collections file does not load: its tables' privileges are not checked")
         if any(c.name == APP_BLOB.name for c in collections):
             extra[APP_BLOB.name] = extra_blob_references()
-    needs = dag_needs(conn, dag_id, collections=collections, extra_references=extra,
-                      check_references=bool(selected), seeds=not selected)
+    needs = dag_needs(
+        conn,
+        dag_id,
+        collections=collections,
+        extra_references=extra,
+        check_references=bool(selected),
+        seeds=not selected,
+    )
     check_privileges(conn, dag_id, needs, note=DRY_RUN_NOTE if params.get("dry_run") else "")

@@ -13,6 +13,7 @@ owed), `report_run` (finish the run's report, emit its metrics), and for a DAG t
 `fix_run_plan` (its first task's choice of plan, Params `from_plan` and `plan_max_age_hours`) and
 `list_plan_parts` (the parts of the plan the gate let through, one delete task each).
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,10 +35,10 @@ from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.collections import s3_for_collections
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
-from blobgc.dag_kit.params import S3_POOL
-from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.notify import check_notify_variable
+from blobgc.dag_kit.params import S3_POOL
 from blobgc.dag_kit.pools import check_dag_pools
+from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.privileges import check_dag_privileges
 from blobgc.dag_kit.tables import check_required_tables
 from blobgc.dag_kit.unfixable import drain_refusal, unfixable
@@ -103,8 +104,9 @@ def failing_fast() -> Iterator[None]:
 
 
 @contextmanager
-def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None,
-              first: bool = False) -> Iterator[Step]:
+def open_step(
+    dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None, first: bool = False
+) -> Iterator[Step]:
     """The database connection and the recorded run of one task (see `Step`); a DAG's `first` task checks first
     that the role holds every privilege the run needs (a dry run: the real run's), before anything is read."""
     requested = data_interval_end if data_interval_end is not None else dag_run.run_after
@@ -117,8 +119,9 @@ def open_step(dag_run: Any, run_id: str, params: dict[str, Any], data_interval_e
         yield Step(conn, ensure_run(conn, run, requested), dict(params))
 
 
-def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
-            **task_kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+def gc_step(
+    *, checks: tuple[Callable[[], object], ...] = (), **task_kwargs: Any
+) -> Callable[[Callable[..., Any]], Any]:
     """`@gc_step(pool=..., ...)` over `def name(step: Step, *args) -> TaskResult | Any`: an Airflow task.
 
     The task's own arguments (XCom inputs, mapped values) follow `step`; Airflow passes the context
@@ -133,8 +136,15 @@ def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
         own = [p for p in list(inspect.signature(fn).parameters.values())[1:] if p.kind != p.VAR_KEYWORD]
 
         @functools.wraps(fn)
-        def body(*args: Any, dag_run: Any = None, run_id: str = "", params: dict | None = None,
-                 data_interval_end: datetime | None = None, task: Any = None, **kwargs: Any) -> Any:
+        def body(
+            *args: Any,
+            dag_run: Any = None,
+            run_id: str = "",
+            params: dict | None = None,
+            data_interval_end: datetime | None = None,
+            task: Any = None,
+            **kwargs: Any,
+        ) -> Any:
             first = task is not None and not task.upstream_task_ids
             with failing_fast():
                 if first:  # a DAG's first task checks the deployment:
@@ -147,7 +157,8 @@ def gc_step(*, checks: tuple[Callable[[], object], ...] = (),
             return result.to_xcom() if isinstance(result, TaskResult) else result
 
         body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CONTEXT_ARGS])
+            own + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None) for name in CONTEXT_ARGS]
+        )
         del body.__wrapped__  # Airflow reads the signature above, not fn's
         return task(**task_kwargs)(body)
 
@@ -168,8 +179,15 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def drain(step: Step) -> DrainResult:
-        result = delete_owed_objects(step.conn, s3_for_collections(step.s3), step.run, batch_size=step.params["batch_size"],
-                                     workers=OUTBOX_DRAINS, connect=step.connect, default_bucket=blob_bucket())
+        result = delete_owed_objects(
+            step.conn,
+            s3_for_collections(step.s3),
+            step.run,
+            batch_size=step.params["batch_size"],
+            workers=OUTBOX_DRAINS,
+            connect=step.connect,
+            default_bucket=blob_bucket(),
+        )
         if fail_on_parked and (refusal := drain_refusal(result)) is not None:
             raise refusal  # a bucket missing or refusing blobgc: its keys stay owed, and no retry can fix it
         if result.parked and fail_on_parked:
@@ -177,7 +195,8 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
                 f"{result.parked} owed deletions of {step.run.dag_id} are parked: they failed again and again for "
                 "a reason no retry fixes (see blobgc.outbox.last_errors, or the reclaim page). Fix the cause, then "
                 f"unpark them: python -m blobgc.core.outbox unpark {step.run.dag_id}. The rest was drained "
-                f"({result.objects_deleted} objects deleted by this task).")
+                f"({result.objects_deleted} objects deleted by this task)."
+            )
         return result
 
     return drain
@@ -185,7 +204,8 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
 def purge_owed_cache_keys(task_id: str = "purge_cache_keys", **task_kwargs: Any):
     """The step that unlinks the Redis keys the DAG owes (one pipelined round trip per claimed group of rows)."""
-    from blobgc.core.cache_purge import PurgeResult, purge_owed_cache_keys as purge
+    from blobgc.core.cache_purge import PurgeResult
+    from blobgc.core.cache_purge import purge_owed_cache_keys as purge
 
     @gc_step(task_id=task_id, **task_kwargs)
     def purge_cache_keys(step: Step) -> PurgeResult:
@@ -194,10 +214,16 @@ def purge_owed_cache_keys(task_id: str = "purge_cache_keys", **task_kwargs: Any)
     return purge_cache_keys
 
 
-def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry_run: bool = False,
-               extra_counters: tuple[str, ...] = (),
-               summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] | None = None,
-               trigger_rule: str | None = None, **parts: type[TaskResult]):
+def report_run(
+    task_id: str = "report",
+    *,
+    outlets: list | None = None,
+    skip_dry_run: bool = False,
+    extra_counters: tuple[str, ...] = (),
+    summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] | None = None,
+    trigger_rule: str | None = None,
+    **parts: type[TaskResult],
+):
     """The step that finishes the run's report: `parts` name the upstream results it gathers and their types.
 
     A mapped upstream's results (a list) are summed; `summaries` add figures a collector reads back from
@@ -257,8 +283,12 @@ def report_run(task_id: str = "report", *, outlets: list | None = None, skip_dry
     return wire
 
 
-def finish_dag_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any] | None = None,
-                   extra_counters: dict[str, int] | None = None) -> dict[str, Any]:
+def finish_dag_run(
+    conn: psycopg.Connection,
+    run: RunRef,
+    details: dict[str, Any] | None = None,
+    extra_counters: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """Stamp the run finished with its report, emit its metrics, and return its totals (with what is still owed)."""
     totals = finish_run(conn, run, details)
     owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
@@ -266,8 +296,9 @@ def finish_dag_run(conn: psycopg.Connection, run: RunRef, details: dict[str, Any
     return {**totals, "owed": owed, "parked": parked, **(details or {})}
 
 
-def emit_run_metrics(run: RunRef, totals: dict[str, Any], owed: int, parked: int = 0,
-                     extra_counters: dict[str, int] | None = None) -> None:
+def emit_run_metrics(
+    run: RunRef, totals: dict[str, Any], owed: int, parked: int = 0, extra_counters: dict[str, int] | None = None
+) -> None:
     """`blobgc.<dag_id>.objects_deleted`, `.bytes_reclaimed` and `.rows_deleted` (counters, real runs, once
     per run even if the report task is retried), `.owed` and `.parked` (gauges: objects the DAG still
     owes, and those of them parked after failing again and again), and any `extra_counters`, through
@@ -322,7 +353,8 @@ def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
 def owe_planned_objects(task_id: str = "owe_planned_objects", **task_kwargs: Any):
     """The step after the gate of a DAG whose plan is objects alone (orphans found by listing): owe them to the
     outbox, each with the cut-off it was judged by, for the drain to check again and delete."""
-    from blobgc.core.plans import OwedFromPlan, owe_planned_objects as owe
+    from blobgc.core.plans import OwedFromPlan
+    from blobgc.core.plans import owe_planned_objects as owe
 
     @gc_step(task_id=task_id, **task_kwargs)
     def owe_planned(step: Step) -> OwedFromPlan:

@@ -5,6 +5,7 @@ database without its tables imports fine, and its first task fails at once, with
 the missing tables. The collection DAGs (mark, sweep, reconcile, restore) need no fixed table: the
 collections file names theirs, and it is checked against the catalog by the same first task.
 """
+
 from __future__ import annotations
 
 import psycopg
@@ -17,8 +18,10 @@ REQUIRED_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "blobgc_paste_expiry": ("seed 002's pastes", ("app.paste", "app.content")),
     "blobgc_image_cleanup": ("seed 001's crawled images", ("app.image",)),
     "blobgc_crawler": ("seed 001's partner photos", ("app.offer", "app.image", "app.crawl_request")),
-    "blobgc_generations": ("seed 003's generations of mail blobs",
-                           ("gen.generation", "gen.blob", "gen.reference", "gen.deletion")),
+    "blobgc_generations": (
+        "seed 003's generations of mail blobs",
+        ("gen.generation", "gen.blob", "gen.reference", "gen.deletion"),
+    ),
 }
 
 
@@ -36,4 +39,5 @@ def check_required_tables(conn: psycopg.Connection, dag_id: str) -> None:
         raise MissingTables(
             f"{dag_id} collects {what} and needs the table(s) {', '.join(missing)}, which this database "
             f"(connection blobgc_postgres) does not have. Enable only the DAGs whose tables you have "
-            f"(`python -m blobgc.dags list`): pause {dag_id} and remove dags/{dag_id}.py, or create the tables.")
+            f"(`python -m blobgc.dags list`): pause {dag_id} and remove dags/{dag_id}.py, or create the tables."
+        )

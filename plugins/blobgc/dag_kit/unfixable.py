@@ -7,6 +7,7 @@ Where a step knows the bucket itself it raises the refusal at the call site
 (`blobgc.core.refusals.naming_bucket`); this reads the rest from the error. Anything else, a transient
 S3 or database failure above all, is left for Airflow to retry.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,13 @@ from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, media_sett
 log = logging.getLogger(__name__)
 
 SEED_TABLES = ("app.blob", "app.content", "app.image", "gen.blob")  # the seed layouts' blob tables
-UNDEFINED = (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction,
-             psycopg.errors.UndefinedObject, psycopg.errors.InvalidSchemaName)
+UNDEFINED = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedObject,
+    psycopg.errors.InvalidSchemaName,
+)
 
 
 def unfixable(error: BaseException) -> ConfigurationError | None:
@@ -45,9 +51,12 @@ def unfixable(error: BaseException) -> ConfigurationError | None:
             bucket = error.response.get("Error", {}).get("BucketName")
             return bucket_refusal(error, bucket, bucket_origin(bucket) if bucket else None)
         if isinstance(error, psycopg.errors.InsufficientPrivilege):
-            return privilege_refusal(error, pg_role(), collection_tables=[c.table for c in declared()],
-                                     seed_tables=SEED_TABLES + tuple(t for _, tables in REQUIRED_TABLES.values()
-                                                                     for t in tables))
+            return privilege_refusal(
+                error,
+                pg_role(),
+                collection_tables=[c.table for c in declared()],
+                seed_tables=SEED_TABLES + tuple(t for _, tables in REQUIRED_TABLES.values() for t in tables),
+            )
         if isinstance(error, UNDEFINED):
             return missing_object_refusal(error, needed_by=needed_by())
     except Exception as failure:  # noqa: BLE001 - naming the error must never hide it

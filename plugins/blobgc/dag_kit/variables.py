@@ -3,6 +3,7 @@
 Read inside tasks, never at DAG-parse time. A value that does not parse raises ConfigurationError,
 which fails the task without retries, naming the Variable and what it expects.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ def blob_bucket() -> str:
     """Variable blobgc_bucket: the bucket of seeds 000-003 (default `blobgc`)."""
     bucket = variable("blobgc_bucket", "blobgc")
     if not isinstance(bucket, str) or not BUCKET_NAME.fullmatch(bucket):
-        raise ConfigurationError(f"Variable blobgc_bucket is {bucket!r}, not a bucket name: letters, digits, dots, "
-                                 "hyphens and underscores, without quotes (e.g. blobgc)")
+        raise ConfigurationError(
+            f"Variable blobgc_bucket is {bucket!r}, not a bucket name: letters, digits, dots, "
+            "hyphens and underscores, without quotes (e.g. blobgc)"
+        )
     return bucket
 
 
@@ -51,8 +54,11 @@ def blob_bucket_origin() -> str:
     """How a refusal names Variable blobgc_bucket as what points at a bucket (saying when its default is used)."""
     from airflow.sdk import Variable
 
-    return "Variable blobgc_bucket" if Variable.get("blobgc_bucket", default=None) is not None else \
-        "Variable blobgc_bucket, unset: its default"
+    return (
+        "Variable blobgc_bucket"
+        if Variable.get("blobgc_bucket", default=None) is not None
+        else "Variable blobgc_bucket, unset: its default"
+    )
 
 
 def inventory_destinations() -> dict[str, str]:
@@ -81,8 +87,9 @@ def image_watermark() -> tuple[str, int] | None:
     text = mark.get("text") if isinstance(mark, dict) else None
     edge = mark.get("min_edge", 640) if isinstance(mark, dict) else None
     if not isinstance(text, str) or not isinstance(edge, int) or isinstance(edge, bool) or edge < 0:
-        raise ConfigurationError('Variable blobgc_image_watermark must be empty or {"text": str, "min_edge": int}, '
-                                 f"got {mark!r}")
+        raise ConfigurationError(
+            f'Variable blobgc_image_watermark must be empty or {{"text": str, "min_edge": int}}, got {mark!r}'
+        )
     return text, edge
 
 
@@ -94,13 +101,16 @@ def crawler_allowed_networks() -> list[str]:
 
 def media_settings() -> MediaSettings:
     """Seed 004's store: Variables blobgc_media_bucket_prefix and blobgc_media_settings."""
-    settings = MediaSettings.parse(variable("blobgc_media_bucket_prefix", "fakebook-"),
-                                   variable("blobgc_media_settings", {}, json_value=True))
+    settings = MediaSettings.parse(
+        variable("blobgc_media_bucket_prefix", "fakebook-"), variable("blobgc_media_settings", {}, json_value=True)
+    )
     for bucket in (settings.images_bucket, settings.profiles_bucket):
         if not isinstance(settings.bucket_prefix, str) or not BUCKET_NAME.fullmatch(bucket):
-            raise ConfigurationError(f"Variable blobgc_media_bucket_prefix is {settings.bucket_prefix!r}, which makes "
-                                     f"{bucket!r}, not a bucket name: letters, digits, dots, hyphens "
-                                     "and underscores, without quotes (e.g. fakebook-)")
+            raise ConfigurationError(
+                f"Variable blobgc_media_bucket_prefix is {settings.bucket_prefix!r}, which makes "
+                f"{bucket!r}, not a bucket name: letters, digits, dots, hyphens "
+                "and underscores, without quotes (e.g. fakebook-)"
+            )
     return settings
 
 

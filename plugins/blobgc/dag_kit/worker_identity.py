@@ -4,6 +4,7 @@
 task instances show which worker ran them, as two machines' hostnames would. Anywhere else the
 machine's fully qualified name is used, as Airflow does by default.
 """
+
 from __future__ import annotations
 
 import os

@@ -12,6 +12,7 @@ each parse reads the deployment's settings anew (BLOBGC_TASK_RETRIES, ...) and a
 takes effect at the next parse, with no stale copy cached in a long-lived process. Airflow records
 the DAG folder's file as the DAG's file, as for any DAG built by a function it calls.
 """
+
 from __future__ import annotations
 
 import runpy
@@ -52,7 +53,9 @@ def dag_file(dag_id: str) -> str:
     """The text of the DAG-folder file that enables `dag_id` (the words 'airflow' and 'DAG' let Airflow's
     safe-mode parser pick it up)."""
     shipped(dag_id)
-    return (f'"""{dag_id}: {DAGS[dag_id]}.\n\n'
-            f'Defined in the blobgc package (blobgc/dags/{dag_id}.py); this file enables it.\n"""\n'
-            f"from blobgc.dags import load  # airflow DAG from the installed blobgc package\n\n"
-            f'dag = load("{dag_id}")\n')
+    return (
+        f'"""{dag_id}: {DAGS[dag_id]}.\n\n'
+        f'Defined in the blobgc package (blobgc/dags/{dag_id}.py); this file enables it.\n"""\n'
+        f"from blobgc.dags import load  # airflow DAG from the installed blobgc package\n\n"
+        f'dag = load("{dag_id}")\n'
+    )

@@ -4,6 +4,7 @@
 with only its own collections needs (mark, sweep, reconcile, restore). An existing file that differs is
 left alone unless `--force`; blobgc's own file of an earlier version (only its docstring differs) is updated.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ from blobgc.dags import COLLECTION_DAGS, DAGS, dag_file
 def code_of(text: str) -> str | None:
     """What follows a DAG file's opening docstring (None when it opens with none)."""
     end = text.find('"""\n', 3) if text.startswith('"""') else -1
-    return text[end + 4:] if end >= 0 else None
+    return text[end + 4 :] if end >= 0 else None
 
 
 def earlier_blobgc_file(text: str, dag_id: str) -> bool:
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         for dag_id, what in DAGS.items():
             print(f"{dag_id:22} {what}")
         return 0
-    chosen = list(DAGS) if args.all else list(dict.fromkeys(
-        [*(COLLECTION_DAGS if args.collections else ()), *args.dag_ids]))
+    chosen = (
+        list(DAGS) if args.all else list(dict.fromkeys([*(COLLECTION_DAGS if args.collections else ()), *args.dag_ids]))
+    )
     if not chosen:
         parser.error("name the DAGs to enable (see `python -m blobgc.dags list`), or --collections, or --all")
     for line in install(args.folder, chosen, force=args.force):

@@ -11,6 +11,7 @@ the user may not read answers 403, whether or not such a run exists, so the answ
 runs; the reclaim page and its JSON leave out the runs, daily figures and owed deletions of such DAGs (and
 reconcile's findings unless the user may read blobgc_reconcile's runs).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -24,23 +25,21 @@ from starlette.types import Receive, Scope, Send
 
 from blobgc.dag_kit.connections import pg_connection
 from blobgc.reclaim import undo
-from blobgc.reclaim.routes import RECEIPT_ROUTE, URL_PREFIX  # noqa: F401 - URL_PREFIX: the plugin's
 from blobgc.reclaim.manifest import FORMATS, manifest_chunks, manifest_filename
 from blobgc.reclaim.page import render_page
 from blobgc.reclaim.receipt_page import render_forbidden, render_not_found, render_receipt
 from blobgc.reclaim.receipts import collect_receipt, find_run, record_undo_request, undo_refusal
 from blobgc.reclaim.report import collect_report, run_dag_ids
+from blobgc.reclaim.routes import RECEIPT_ROUTE, URL_PREFIX  # noqa: F401 - URL_PREFIX: the plugin's
 from blobgc.reclaim.run_access import may_read_runs, readable_dag_ids
-
 
 
 async def require_airflow_user(request: Request) -> Any:
     """The authenticated Airflow user allowed to view the website; 401/403, or a login redirect for pages."""
-    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
     from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
     bearer: HTTPAuthorizationCredentials | None = await HTTPBearer(auto_error=False)(request)
     try:
@@ -58,8 +57,10 @@ async def require_airflow_user(request: Request) -> Any:
 AirflowUser = Annotated[Any, Depends(require_airflow_user)]
 Days = Annotated[int, Query(ge=1, le=366, description="how many days back, today included (UTC)")]
 PerDag = Annotated[int, Query(ge=1, le=50, description="last runs shown per DAG and dry-run flag")]
-Collection = Annotated[str | None, Query(pattern=r"^[a-z][a-z0-9_]{0,47}$",
-                                         description="only this collection's daily figures (default: all)")]
+Collection = Annotated[
+    str | None,
+    Query(pattern=r"^[a-z][a-z0-9_]{0,47}$", description="only this collection's daily figures (default: all)"),
+]
 
 
 DagId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.\-]{1,250}$", description="the DAG of the run")]
@@ -101,43 +102,55 @@ def forbidden_detail(dag_id: str) -> str:
 
 
 def create_app() -> FastAPI:
-    app = FastAPI(title="blobgc storage reclaim", description="What blobgc reclaimed, owes and found.",
-                  dependencies=[Depends(require_airflow_user)])
+    app = FastAPI(
+        title="blobgc storage reclaim",
+        description="What blobgc reclaimed, owes and found.",
+        dependencies=[Depends(require_airflow_user)],
+    )
 
     @app.get("/reclaim", response_class=HTMLResponse, summary="The storage reclaim page")
-    def reclaim_page(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
-                     collection: Collection = None) -> HTMLResponse:
+    def reclaim_page(
+        user: AirflowUser, days: Days = 30, per_dag: PerDag = 5, collection: Collection = None
+    ) -> HTMLResponse:
         report = load_report(user, days, per_dag, collection)
         query = f"days={days}&per_dag={per_dag}" + (f"&collection={collection}" if collection else "")
-        return HTMLResponse(render_page(report, json_href=f"api/reclaim?{query}"),
-                            headers={"Cache-Control": "no-store"})
+        return HTMLResponse(
+            render_page(report, json_href=f"api/reclaim?{query}"), headers={"Cache-Control": "no-store"}
+        )
 
     @app.get("/api/reclaim", summary="The storage reclaim report as JSON, for BI tools")
-    def reclaim_json(user: AirflowUser, days: Days = 30, per_dag: PerDag = 5,
-                     collection: Collection = None) -> dict[str, Any]:
+    def reclaim_json(
+        user: AirflowUser, days: Days = 30, per_dag: PerDag = 5, collection: Collection = None
+    ) -> dict[str, Any]:
         return load_report(user, days, per_dag, collection)
 
     @app.get(RECEIPT_ROUTE, response_class=HTMLResponse, summary="A run's receipt page")
     def receipt_page(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> HTMLResponse:
         if not may_read_runs(user, dag_id):
-            return HTMLResponse(render_forbidden(dag_id, root_path(request)), status_code=status.HTTP_403_FORBIDDEN,
-                                headers=NO_STORE)
+            return HTMLResponse(
+                render_forbidden(dag_id, root_path(request)), status_code=status.HTTP_403_FORBIDDEN, headers=NO_STORE
+            )
         with pg_connection() as conn:
             receipt = collect_receipt(conn, dag_id, run_id)
         if receipt is None:
-            return HTMLResponse(render_not_found(dag_id, run_id, root_path(request)), status_code=404,
-                                headers=NO_STORE)
+            return HTMLResponse(render_not_found(dag_id, run_id, root_path(request)), status_code=404, headers=NO_STORE)
         may_undo = undo.may_trigger_restore(user)
         token = undo.user_token(request)
         paused = undo.restore_paused(token) if may_undo and receipt["undoable"] else None
         states = undo.restore_run_states(token, [u["restore_run_id"] for u in receipt["restore"]["requests"][:5]])
-        return HTMLResponse(render_receipt(receipt, root=root_path(request), may_undo=may_undo, paused=paused,
-                                           restore_states=states), headers=NO_STORE)
+        return HTMLResponse(
+            render_receipt(receipt, root=root_path(request), may_undo=may_undo, paused=paused, restore_states=states),
+            headers=NO_STORE,
+        )
 
-    @app.get("/api/runs/{dag_id}/{run_id:path}/manifest.{fmt}", summary="Every key of a run, as CSV or JSON",
-             response_class=StreamingResponse)
-    def manifest(user: AirflowUser, dag_id: DagId, run_id: RunId,
-                 fmt: Annotated[str, Path(pattern="^(csv|json)$")]) -> StreamingResponse:
+    @app.get(
+        "/api/runs/{dag_id}/{run_id:path}/manifest.{fmt}",
+        summary="Every key of a run, as CSV or JSON",
+        response_class=StreamingResponse,
+    )
+    def manifest(
+        user: AirflowUser, dag_id: DagId, run_id: RunId, fmt: Annotated[str, Path(pattern="^(csv|json)$")]
+    ) -> StreamingResponse:
         if not may_read_runs(user, dag_id):
             raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
         with pg_connection() as conn:
@@ -145,8 +158,10 @@ def create_app() -> FastAPI:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
         filename = manifest_filename(dag_id, run_id, fmt)
         return ClosingStreamingResponse(
-            manifest_chunks(pg_connection, dag_id, run_id, fmt), media_type=FORMATS[fmt],
-            headers={**NO_STORE, "Content-Disposition": f'attachment; filename="{filename}"'})
+            manifest_chunks(pg_connection, dag_id, run_id, fmt),
+            media_type=FORMATS[fmt],
+            headers={**NO_STORE, "Content-Disposition": f'attachment; filename="{filename}"'},
+        )
 
     @app.post("/api/runs/{dag_id}/{run_id:path}/undo", summary="Undo a run: trigger blobgc_restore for it, as you")
     def undo_run(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
@@ -154,8 +169,9 @@ def create_app() -> FastAPI:
         if forged:
             raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forged)
         if not undo.may_trigger_restore(user):
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                detail="you may not trigger blobgc_restore, so you may not undo a run")
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, detail="you may not trigger blobgc_restore, so you may not undo a run"
+            )
         if not may_read_runs(user, dag_id):
             raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
         with pg_connection() as conn:
@@ -174,10 +190,21 @@ def create_app() -> FastAPI:
                 raise HTTPException(error.status, detail=error.detail) from error
             record_undo_request(conn, dag_id, run_id, triggered["dag_run_id"], name)
         paused = undo.restore_paused(token)
-        message = ("blobgc_restore is paused: the restore waits until it is unpaused." if paused
-                   else "The receipt shows its outcome once it finishes.")
-        return JSONResponse({"restore_run_id": triggered["dag_run_id"], "state": triggered.get("state"),
-                             "dag_id": undo.RESTORE_DAG_ID, "paused": paused, "message": message},
-                            status_code=status.HTTP_201_CREATED, headers=NO_STORE)
+        message = (
+            "blobgc_restore is paused: the restore waits until it is unpaused."
+            if paused
+            else "The receipt shows its outcome once it finishes."
+        )
+        return JSONResponse(
+            {
+                "restore_run_id": triggered["dag_run_id"],
+                "state": triggered.get("state"),
+                "dag_id": undo.RESTORE_DAG_ID,
+                "paused": paused,
+                "message": message,
+            },
+            status_code=status.HTTP_201_CREATED,
+            headers=NO_STORE,
+        )
 
     return app

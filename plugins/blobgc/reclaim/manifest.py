@@ -3,6 +3,7 @@
 `manifest_chunks` is a plain generator of text chunks: it opens its own connection when first iterated and
 closes it when exhausted or closed (`.close()`), so an abandoned download frees the connection at once.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,8 +26,14 @@ def manifest_filename(dag_id: str, run_id: str, fmt: str) -> str:
     return f"blobgc_manifest__{safe}.{fmt}"
 
 
-def manifest_chunks(connect: Callable[[], AbstractContextManager[psycopg.Connection]], dag_id: str, run_id: str,
-                    fmt: str, *, batch: int = 5000) -> Iterator[str]:
+def manifest_chunks(
+    connect: Callable[[], AbstractContextManager[psycopg.Connection]],
+    dag_id: str,
+    run_id: str,
+    fmt: str,
+    *,
+    batch: int = 5000,
+) -> Iterator[str]:
     """The manifest as text chunks, one per batch of keys: CSV with a header line, or one JSON array."""
     if fmt not in FORMATS:
         raise ValueError(f"manifest format must be one of {sorted(FORMATS)}, got {fmt!r}")
@@ -54,5 +61,6 @@ def csv_lines(rows: list[tuple[Any, ...]]) -> str:
 
 
 def json_object(row: tuple[Any, ...]) -> str:
-    return "\n" + json.dumps(dict(zip(MANIFEST_COLUMNS, (jsonable_value(v) for v in row), strict=True)),
-                             separators=(",", ":"))
+    return "\n" + json.dumps(
+        dict(zip(MANIFEST_COLUMNS, (jsonable_value(v) for v in row), strict=True)), separators=(",", ":")
+    )

@@ -2,6 +2,7 @@
 
 Presentation only: the figures come from `blobgc.reclaim.report.collect_report`.
 """
+
 from __future__ import annotations
 
 import html
@@ -11,8 +12,20 @@ from urllib.parse import quote, urlencode
 
 from blobgc.core.sizes import GIB, human_bytes
 
-PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#332288",
-           "#882255", "#44AA99", "#999933", "#AA4499"]
+PALETTE = [
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#332288",
+    "#882255",
+    "#44AA99",
+    "#999933",
+    "#AA4499",
+]
 METRICS = {"bytes_reclaimed": "Bytes reclaimed", "objects_deleted": "Objects deleted"}
 USD_METRIC = "usd_per_month_saved"  # bytes reclaimed, priced at S3 Standard per GB-month (blobgc.storage_price)
 LABELS = {**METRICS, USD_METRIC: "Monthly storage cost saved (USD)"}
@@ -41,8 +54,9 @@ def chart_series(report: dict[str, Any], metric: str) -> tuple[list[str], list[s
     return days, dags, values
 
 
-def render_chart_svg(report: dict[str, Any], metric: str, colours: dict[str, str], *,
-                     width: int = 900, height: int = 260) -> str:
+def render_chart_svg(
+    report: dict[str, Any], metric: str, colours: dict[str, str], *, width: int = 900, height: int = 260
+) -> str:
     """A stacked bar per day of `metric` over real runs, one segment per DAG; each segment carries its figures."""
     days, dags, values = chart_series(report, metric)
     left, right, top, bottom = 70, 10, 10, 40
@@ -53,9 +67,11 @@ def render_chart_svg(report: dict[str, Any], metric: str, colours: dict[str, str
     slot = plot_w / max(len(days), 1)
     bar_w = max(slot * 0.7, 1.0)
     label = LABELS[metric]
-    out = [f'<svg class="chart" data-metric="{metric}" data-peak="{peak}" xmlns="http://www.w3.org/2000/svg" '
-           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-           f'aria-label="{html.escape(label)} per day">']
+    out = [
+        f'<svg class="chart" data-metric="{metric}" data-peak="{peak}" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{html.escape(label)} per day">'
+    ]
     out.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#888"/>')
     out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#888"/>')
     out.append(f'<text x="{left - 6}" y="{top + 10}" text-anchor="end" font-size="11">{html.escape(fmt(peak))}</text>')
@@ -72,13 +88,18 @@ def render_chart_svg(report: dict[str, Any], metric: str, colours: dict[str, str
             out.append(
                 f'<rect class="bar" data-day="{d}" data-dag="{html.escape(dag)}" data-value="{v}" '
                 f'x="{x:.2f}" y="{y:.2f}" width="{bar_w:.2f}" height="{h:.2f}" fill="{colours[dag]}">'
-                f'<title>{d} {html.escape(dag)}: {html.escape(fmt(v))}</title></rect>')
+                f"<title>{d} {html.escape(dag)}: {html.escape(fmt(v))}</title></rect>"
+            )
         if len(days) <= 14 or i % max(len(days) // 10, 1) == 0 or i == len(days) - 1:
-            out.append(f'<text x="{x + bar_w / 2:.2f}" y="{top + plot_h + 16}" text-anchor="middle" '
-                       f'font-size="10">{d[5:]}</text>')
+            out.append(
+                f'<text x="{x + bar_w / 2:.2f}" y="{top + plot_h + 16}" text-anchor="middle" '
+                f'font-size="10">{d[5:]}</text>'
+            )
     if not peak:
-        out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle" font-size="13" '
-                   f'fill="#666">nothing reclaimed by a real run in this window</text>')
+        out.append(
+            f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle" font-size="13" '
+            f'fill="#666">nothing reclaimed by a real run in this window</text>'
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -98,9 +119,11 @@ def _run_cell(runs: list[dict[str, Any]]) -> str:
     r = runs[0]
     state = "finished " + r["finished_at"][:16].replace("T", " ") if r["finished_at"] else "not finished"
     older = f'<div class="older">and {len(runs) - 1} earlier</div>' if len(runs) > 1 else ""
-    return (f'<td><div class="run-id">{html.escape(r["run_id"])}</div><div>{html.escape(state)}</div>'
-            f'<div>{r["rows_deleted"]:,} rows · {r["objects_deleted"]:,} objects · '
-            f'{html.escape(human_bytes(r["bytes_reclaimed"]))}</div>{older}</td>')
+    return (
+        f'<td><div class="run-id">{html.escape(r["run_id"])}</div><div>{html.escape(state)}</div>'
+        f"<div>{r['rows_deleted']:,} rows · {r['objects_deleted']:,} objects · "
+        f"{html.escape(human_bytes(r['bytes_reclaimed']))}</div>{older}</td>"
+    )
 
 
 PAGE_CSS = """
@@ -127,27 +150,36 @@ def collection_filter(report: dict[str, Any]) -> str:
             links.append(f'<b data-collection="{html.escape(value or "")}">{html.escape(label)}</b>')
         else:
             href = "?" + urlencode({"days": report.get("days", 30), **({"collection": value} if value else {})})
-            links.append(f'<a href="{html.escape(href)}" data-collection="{html.escape(value or "")}">'
-                         f"{html.escape(label)}</a>")
+            links.append(
+                f'<a href="{html.escape(href)}" data-collection="{html.escape(value or "")}">{html.escape(label)}</a>'
+            )
     return f'<p id="collections" class="hint">Collection: {" | ".join(links)}</p>'
 
 
 def recent_runs_table(report: dict[str, Any]) -> str:
     """The most recent runs, newest first, each linking to its receipt (relative: /blobgc/runs/...)."""
     price = float(report["usd_per_gb_month"])
-    out = ['<h2>Recent runs: each with its receipt</h2><table id="recent-runs"><tr><th>DAG</th><th>collections</th>'
-           "<th>started (UTC)</th><th>kind</th><th>rows</th><th>objects</th><th>bytes</th><th>saves / month</th>"
-           "<th>receipt</th></tr>"]
+    out = [
+        '<h2>Recent runs: each with its receipt</h2><table id="recent-runs"><tr><th>DAG</th><th>collections</th>'
+        "<th>started (UTC)</th><th>kind</th><th>rows</th><th>objects</th><th>bytes</th><th>saves / month</th>"
+        "<th>receipt</th></tr>"
+    ]
     for r in report.get("recent_runs", []):
         href = f"runs/{quote(r['dag_id'], safe='')}/{quote(r['run_id'], safe='')}"
-        out.append(f'<tr data-dag="{html.escape(r["dag_id"])}" data-run-id="{html.escape(r["run_id"])}" '
-                   f'data-dry-run="{str(r["dry_run"]).lower()}" data-bytes="{r["bytes_reclaimed"]}">'
-                   + _cells(r["dag_id"], ", ".join(r["collections"]) or "—", r["started_at"][:16].replace("T", " "),
-                            "dry run" if r["dry_run"] else "real")
-                   + f'<td class="num">{r["rows_deleted"]:,}</td><td class="num">{r["objects_deleted"]:,}</td>'
-                   f'<td class="num">{html.escape(human_bytes(r["bytes_reclaimed"]))}</td>'
-                   f'<td class="num">{html.escape(usd_text(r["bytes_reclaimed"] / GIB * price))}</td>'
-                   f'<td><a class="receipt" href="{html.escape(href)}">receipt</a></td></tr>')
+        out.append(
+            f'<tr data-dag="{html.escape(r["dag_id"])}" data-run-id="{html.escape(r["run_id"])}" '
+            f'data-dry-run="{str(r["dry_run"]).lower()}" data-bytes="{r["bytes_reclaimed"]}">'
+            + _cells(
+                r["dag_id"],
+                ", ".join(r["collections"]) or "—",
+                r["started_at"][:16].replace("T", " "),
+                "dry run" if r["dry_run"] else "real",
+            )
+            + f'<td class="num">{r["rows_deleted"]:,}</td><td class="num">{r["objects_deleted"]:,}</td>'
+            f'<td class="num">{html.escape(human_bytes(r["bytes_reclaimed"]))}</td>'
+            f'<td class="num">{html.escape(usd_text(r["bytes_reclaimed"] / GIB * price))}</td>'
+            f'<td><a class="receipt" href="{html.escape(href)}">receipt</a></td></tr>'
+        )
     if not report.get("recent_runs"):
         out.append('<tr><td colspan="9" class="none">no runs yet</td></tr>')
     out.append("</table>")
@@ -175,64 +207,94 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         '<input type="radio" name="unit" id="unit-bytes" checked><label for="unit-bytes">bytes</label> '
         '<input type="radio" name="unit" id="unit-usd"><label for="unit-usd">dollars (monthly cost saved)</label>'
         f'<div class="panel-bytes"><h2>{METRICS["bytes_reclaimed"]} per day</h2>'
-        f'{render_chart_svg(report, "bytes_reclaimed", colours)}</div>'
+        f"{render_chart_svg(report, 'bytes_reclaimed', colours)}</div>"
         f'<div class="panel-usd"><h2>{LABELS[USD_METRIC]} per day</h2>'
         f'<p class="hint">Bytes reclaimed × ${price:g} per GB-month (S3 Standard in blobgc.storage_price, from '
-        f'Variable blobgc_storage_prices): what the deleted objects would cost each month had they stayed.</p>'
-        f'{render_chart_svg(report, USD_METRIC, colours)}</div></div>')
+        f"Variable blobgc_storage_prices): what the deleted objects would cost each month had they stayed.</p>"
+        f"{render_chart_svg(report, USD_METRIC, colours)}</div></div>"
+    )
     parts.append(f"<h2>{METRICS['objects_deleted']} per day</h2>")
     parts.append(render_chart_svg(report, "objects_deleted", colours))
-    view = (f"blobgc.reclaim_daily_by_collection, collection {html.escape(report['collection'])}"
-            if report.get("collection") else "blobgc.reclaim_daily")
-    parts.append(f'<h2>Per day, DAG and dry-run flag ({view})</h2><table id="daily"><tr><th>day</th>'
-                 "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes</th></tr>")
+    view = (
+        f"blobgc.reclaim_daily_by_collection, collection {html.escape(report['collection'])}"
+        if report.get("collection")
+        else "blobgc.reclaim_daily"
+    )
+    parts.append(
+        f'<h2>Per day, DAG and dry-run flag ({view})</h2><table id="daily"><tr><th>day</th>'
+        "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes</th></tr>"
+    )
     for r in reversed(report["daily"]):
-        parts.append(f'<tr data-day="{r["day"]}" data-dag="{html.escape(r["dag_id"])}" '
-                     f'data-dry-run="{str(r["dry_run"]).lower()}" data-objects="{r["objects_deleted"]}" '
-                     f'data-bytes="{r["bytes_reclaimed"]}" data-rows="{r["rows_deleted"]}" data-runs="{r["runs"]}">'
-                     + _cells(r["day"], r["dag_id"], "dry run" if r["dry_run"] else "real")
-                     + f'<td class="num">{r["runs"]:,}</td><td class="num">{r["rows_deleted"]:,}</td>'
-                     f'<td class="num">{r["objects_deleted"]:,}</td>'
-                     f'<td class="num" title="{r["bytes_reclaimed"]} bytes">{html.escape(human_bytes(r["bytes_reclaimed"]))}'
-                     "</td></tr>")
+        parts.append(
+            f'<tr data-day="{r["day"]}" data-dag="{html.escape(r["dag_id"])}" '
+            f'data-dry-run="{str(r["dry_run"]).lower()}" data-objects="{r["objects_deleted"]}" '
+            f'data-bytes="{r["bytes_reclaimed"]}" data-rows="{r["rows_deleted"]}" data-runs="{r["runs"]}">'
+            + _cells(r["day"], r["dag_id"], "dry run" if r["dry_run"] else "real")
+            + f'<td class="num">{r["runs"]:,}</td><td class="num">{r["rows_deleted"]:,}</td>'
+            f'<td class="num">{r["objects_deleted"]:,}</td>'
+            f'<td class="num" title="{r["bytes_reclaimed"]} bytes">{html.escape(human_bytes(r["bytes_reclaimed"]))}'
+            "</td></tr>"
+        )
     if not report["daily"]:
         parts.append('<tr><td colspan="7" class="none">no runs in this window</td></tr>')
     parts.append("</table>")
 
-    parts.append('<h2>Last runs: real next to dry run</h2><table id="last-runs"><tr><th>DAG</th>'
-                 "<th>last real run</th><th>last dry run</th></tr>")
+    parts.append(
+        '<h2>Last runs: real next to dry run</h2><table id="last-runs"><tr><th>DAG</th>'
+        "<th>last real run</th><th>last dry run</th></tr>"
+    )
     for e in report["last_runs"]:
-        parts.append(f'<tr data-dag="{html.escape(e["dag_id"])}"><td>{html.escape(e["dag_id"])}</td>'
-                     f'{_run_cell(e["real"])}{_run_cell(e["dry_run"])}</tr>')
+        parts.append(
+            f'<tr data-dag="{html.escape(e["dag_id"])}"><td>{html.escape(e["dag_id"])}</td>'
+            f"{_run_cell(e['real'])}{_run_cell(e['dry_run'])}</tr>"
+        )
     parts.append("</table>")
 
     parts.append(recent_runs_table(report))
 
-    parts.append('<h2>Owed deletions still outstanding</h2>')
+    parts.append("<h2>Owed deletions still outstanding</h2>")
     if report["owed"]:
-        parts.append('<table id="owed"><tr><th>DAG</th><th>bucket</th><th>objects</th><th>bytes</th><th>oldest</th>'
-                     "<th>attempts</th><th>parked</th><th>last errors</th></tr>")
+        parts.append(
+            '<table id="owed"><tr><th>DAG</th><th>bucket</th><th>objects</th><th>bytes</th><th>oldest</th>'
+            "<th>attempts</th><th>parked</th><th>last errors</th></tr>"
+        )
         for o in report["owed"]:
-            parts.append(f'<tr data-dag="{html.escape(o["dag_id"])}" data-objects="{o["objects"]}">'
-                         + _cells(o["dag_id"], o["bucket"]) + f'<td class="num">{o["objects"]:,}</td>'
-                         + _cells(human_bytes(o["bytes"]), o["oldest"][:16].replace("T", " "), o["max_attempts"],
-                                  o["parked"], (o["last_errors"] or "")[:200]) + "</tr>")
-        parts.append("</table><p class='hint'>Each DAG's delete_owed_objects task retries these on every run. "
-                     "Parked deletions kept failing for a reason no retry fixes (the bucket is gone, access is "
-                     "denied): fix the cause, then unpark them (docs/operations.md).</p>")
+            parts.append(
+                f'<tr data-dag="{html.escape(o["dag_id"])}" data-objects="{o["objects"]}">'
+                + _cells(o["dag_id"], o["bucket"])
+                + f'<td class="num">{o["objects"]:,}</td>'
+                + _cells(
+                    human_bytes(o["bytes"]),
+                    o["oldest"][:16].replace("T", " "),
+                    o["max_attempts"],
+                    o["parked"],
+                    (o["last_errors"] or "")[:200],
+                )
+                + "</tr>"
+            )
+        parts.append(
+            "</table><p class='hint'>Each DAG's delete_owed_objects task retries these on every run. "
+            "Parked deletions kept failing for a reason no retry fixes (the bucket is gone, access is "
+            "denied): fix the cause, then unpark them (docs/operations.md).</p>"
+        )
     else:
         parts.append('<p id="owed-none">None: every logged deletion is confirmed by S3.</p>')
 
     rec = report["reconcile"]
     parts.append("<h2>Reconcile: unknown keys and missing objects</h2>")
     if rec["run_id"]:
-        parts.append(f'<p class="hint">From reconcile run <span class="run-id">{html.escape(rec["run_id"])}</span>. '
-                     "Reported only: blobgc never deletes an unknown key nor re-creates a missing object.</p>"
-                     '<table id="reconcile"><tr><th>kind</th><th>bucket</th><th>count</th><th>first keys</th></tr>')
+        parts.append(
+            f'<p class="hint">From reconcile run <span class="run-id">{html.escape(rec["run_id"])}</span>. '
+            "Reported only: blobgc never deletes an unknown key nor re-creates a missing object.</p>"
+            '<table id="reconcile"><tr><th>kind</th><th>bucket</th><th>count</th><th>first keys</th></tr>'
+        )
         for f in rec["findings"]:
             keys = "<br>".join(html.escape(k) for k in f["sample_keys"])
-            parts.append(f'<tr data-kind="{f["kind"]}" data-count="{f["findings"]}">' + _cells(f["kind"], f["bucket"])
-                         + f'<td class="num">{f["findings"]:,}</td><td class="run-id">{keys}</td></tr>')
+            parts.append(
+                f'<tr data-kind="{f["kind"]}" data-count="{f["findings"]}">'
+                + _cells(f["kind"], f["bucket"])
+                + f'<td class="num">{f["findings"]:,}</td><td class="run-id">{keys}</td></tr>'
+            )
         parts.append("</table>")
     else:
         parts.append('<p id="reconcile-none">No reconcile findings.</p>')

@@ -1,5 +1,6 @@
 """A run's receipt page, drawn on the server in the reclaim page's look: presentation of
 `blobgc.reclaim.receipts.collect_receipt` only. The one script is the "Undo this run" button's fetch."""
+
 from __future__ import annotations
 
 import html
@@ -43,29 +44,49 @@ def _run_table(r: dict[str, Any], root: str) -> str:
     run = r["run"]
     plan = e(r["plan_run_id"])
     if r["plan_from_other_run"]:
-        plan = (f'<a id="plan-link" href="{e(receipt_path(root, run["dag_id"], r["plan_run_id"]))}">{plan}</a> '
-                "(the dry run whose plan this run executed)")
+        plan = (
+            f'<a id="plan-link" href="{e(receipt_path(root, run["dag_id"], r["plan_run_id"]))}">{plan}</a> '
+            "(the dry run whose plan this run executed)"
+        )
     rows = [
         _row("DAG", e(run["dag_id"]), "dag_id"),
         _row("run", f'<span class="run-id">{e(run["run_id"])}</span>', "run_id"),
-        _row("kind", "dry run (nothing deleted)" if run["dry_run"] else "real run", "dry_run",
-             str(run["dry_run"]).lower()),
+        _row(
+            "kind",
+            "dry run (nothing deleted)" if run["dry_run"] else "real run",
+            "dry_run",
+            str(run["dry_run"]).lower(),
+        ),
         _row("collections", e(", ".join(run["collections"]) or "—"), "collections"),
         _row("started", e(when(run["started_at"])), "started_at"),
         _row("finished", e(when(run["finished_at"]) if run["finished_at"] else "not finished"), "finished_at"),
         _row("plan", plan, "plan_run_id", r["plan_run_id"]),
-        _row("rows " + ("it would delete" if run["dry_run"] else "deleted"), f'{run["rows_deleted"]:,}',
-             "rows_deleted", run["rows_deleted"]),
-        _row("objects " + ("it would delete" if run["dry_run"] else "deleted"),
-             f'{run["objects_deleted"]:,} <span class="hint">({e(_objects_source(r))})</span>',
-             "objects_deleted", run["objects_deleted"]),
-        _row("bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed"),
-             f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes; '
-             f'{e(_bytes_source(r))})</span>', "bytes_reclaimed", run["bytes_reclaimed"]),
-        _row("monthly cost " + ("it would save" if run["dry_run"] else "saved"),
-             f'<b>{e(usd_text(r["usd_per_month_saved"]))}</b> per month <span class="hint">(at '
-             f'${r["usd_per_gb_month"]:g} per GB-month, S3 Standard, Variable blobgc_storage_prices)</span>',
-             "usd_per_month_saved", r["usd_per_month_saved"]),
+        _row(
+            "rows " + ("it would delete" if run["dry_run"] else "deleted"),
+            f"{run['rows_deleted']:,}",
+            "rows_deleted",
+            run["rows_deleted"],
+        ),
+        _row(
+            "objects " + ("it would delete" if run["dry_run"] else "deleted"),
+            f'{run["objects_deleted"]:,} <span class="hint">({e(_objects_source(r))})</span>',
+            "objects_deleted",
+            run["objects_deleted"],
+        ),
+        _row(
+            "bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed"),
+            f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes; '
+            f"{e(_bytes_source(r))})</span>",
+            "bytes_reclaimed",
+            run["bytes_reclaimed"],
+        ),
+        _row(
+            "monthly cost " + ("it would save" if run["dry_run"] else "saved"),
+            f'<b>{e(usd_text(r["usd_per_month_saved"]))}</b> per month <span class="hint">(at '
+            f"${r['usd_per_gb_month']:g} per GB-month, S3 Standard, Variable blobgc_storage_prices)</span>",
+            "usd_per_month_saved",
+            r["usd_per_month_saved"],
+        ),
     ]
     return '<table id="run" class="figures">' + "".join(rows) + "</table>"
 
@@ -90,7 +111,7 @@ FIGURE_MEANINGS = {
     "deleted": "the drain deleted the object",
     "absent": "the object did not exist at delete time (a thumbnail never made, an object already gone)",
     "kept": "left in place: skipped at delete time (its row referenced or changed again since the plan), or kept by "
-            "the drain's check (a row accounts for it again, or it was written again)",
+    "the drain's check (a row accounts for it again, or it was written again)",
     "failed": "still owed: the store refused it or the drain has not reached it yet (parked ones included)",
     "not_reached": "in plan items this run has not dealt with (the gate refused the plan, or the run stopped first)",
 }
@@ -103,35 +124,60 @@ def _figures(r: dict[str, Any]) -> str:
     if f is None:
         return _counts_table(r)
     if f["dry_run"]:
-        return (f'<table id="counts" class="figures" data-balanced="true"><tr><th>planned</th><td class="num" '
-                f'data-count="planned" data-value="{f["planned_keys"]}" data-bytes="{f["planned_bytes"]}">'
-                f'{e(f["lines"][0])}</td></tr></table>')
-    source = (f'<p id="figures-source" class="hint">Bytes here are the plan&#39;s: sizes from {e(f["size_source"])}; '
-              f'{f["unknown_size_keys"]:,} planned keys of unknown size count 0.</p>')
+        return (
+            f'<table id="counts" class="figures" data-balanced="true"><tr><th>planned</th><td class="num" '
+            f'data-count="planned" data-value="{f["planned_keys"]}" data-bytes="{f["planned_bytes"]}">'
+            f"{e(f['lines'][0])}</td></tr></table>"
+        )
+    source = (
+        f'<p id="figures-source" class="hint">Bytes here are the plan&#39;s: sizes from {e(f["size_source"])}; '
+        f"{f['unknown_size_keys']:,} planned keys of unknown size count 0.</p>"
+    )
     shown = ["planned", "deleted", "absent", "kept", "failed"] + (["not_reached"] if f["not_reached_keys"] else [])
     rows = "".join(
         f'<tr><th>{e(name.replace("_", " "))}</th><td class="num" data-count="{name}" '
         f'data-value="{f[f"{name}_keys"]}" data-bytes="{f[f"{name}_bytes"]}">{f[f"{name}_keys"]:,}</td>'
         f'<td class="num">{e(human_bytes(f[f"{name}_bytes"]))}</td><td class="hint">{e(FIGURE_MEANINGS[name])}</td>'
-        "</tr>" for name in shown)
+        "</tr>"
+        for name in shown
+    )
     lines = "".join(f"<li>{e(line)}</li>" for line in f["lines"])
-    return (f'<table id="counts" class="figures" data-balanced="{str(f["balanced"]).lower()}"><tr><th></th>'
-            "<th>keys</th><th>bytes, as planned</th><th></th></tr>" + rows + "</table>" + source
-            + f'<ul id="figures-lines">{lines}</ul>')
+    return (
+        f'<table id="counts" class="figures" data-balanced="{str(f["balanced"]).lower()}"><tr><th></th>'
+        "<th>keys</th><th>bytes, as planned</th><th></th></tr>"
+        + rows
+        + "</table>"
+        + source
+        + f'<ul id="figures-lines">{lines}</ul>'
+    )
 
 
 def _counts_table(r: dict[str, Any]) -> str:
     c = r["counts"]
-    planned = "—" if c["planned_objects"] is None else f'{c["planned_objects"]:,} objects, {c["planned_rows"]:,} rows'
-    cells = [("planned", planned, c["planned_objects"]),
-             ("deleted", f'{c["deleted_objects"]:,} objects, {c["deleted_rows"]:,} rows', c["deleted_objects"]),
-             ("skipped (referenced again, or changed, since the plan)",
-              f'{c["skipped_objects"]:,} objects, {c["skipped_rows"]:,} rows', c["skipped_objects"]),
-             ("failed (still owed; parked ones included)",
-              f'{c["failed"]:,}' + (f' ({c["parked"]:,} parked)' if c["parked"] else ""), c["failed"])]
-    return ('<table id="counts" class="figures"><tr><th>planned</th><th>deleted</th><th>skipped</th><th>failed</th>'
-            "</tr><tr>" + "".join(f'<td class="num" data-count="{k.split()[0]}" data-value="{e(raw)}" title="{e(k)}">'
-                                  f"{e(text)}</td>" for k, text, raw in cells) + "</tr></table>")
+    planned = "—" if c["planned_objects"] is None else f"{c['planned_objects']:,} objects, {c['planned_rows']:,} rows"
+    cells = [
+        ("planned", planned, c["planned_objects"]),
+        ("deleted", f"{c['deleted_objects']:,} objects, {c['deleted_rows']:,} rows", c["deleted_objects"]),
+        (
+            "skipped (referenced again, or changed, since the plan)",
+            f"{c['skipped_objects']:,} objects, {c['skipped_rows']:,} rows",
+            c["skipped_objects"],
+        ),
+        (
+            "failed (still owed; parked ones included)",
+            f"{c['failed']:,}" + (f" ({c['parked']:,} parked)" if c["parked"] else ""),
+            c["failed"],
+        ),
+    ]
+    return (
+        '<table id="counts" class="figures"><tr><th>planned</th><th>deleted</th><th>skipped</th><th>failed</th>'
+        "</tr><tr>"
+        + "".join(
+            f'<td class="num" data-count="{k.split()[0]}" data-value="{e(raw)}" title="{e(k)}">{e(text)}</td>'
+            for k, text, raw in cells
+        )
+        + "</tr></table>"
+    )
 
 
 # The columns of "Considered but not planned" that blobgc's reports record, in this order: (heading, what it means).
@@ -141,13 +187,17 @@ NOT_PLANNED_COLUMNS = {
     "planned": ("planned", "in the plan"),
     "accounted": ("accounted for", "a row of the collection forms the key"),
     "referenced": ("referenced", "a reference points at the row"),
-    "not_marked": ("not marked yet", "no mark has found the row unused yet: run blobgc_mark first; the grace counts "
-                                      "from the first mark"),
+    "not_marked": (
+        "not marked yet",
+        "no mark has found the row unused yet: run blobgc_mark first; the grace counts from the first mark",
+    ),
     "within_grace": ("within grace", "unused, but for less than the grace"),
     "young_created_at": ("created within grace", "created less than the grace ago (created_at)"),
     "too_young": ("too young", "younger than the age floor"),
-    "first_eligible_at": ("first eligible at", "when the first of those waiting out the grace or the floor becomes "
-                                               "eligible"),
+    "first_eligible_at": (
+        "first eligible at",
+        "when the first of those waiting out the grace or the floor becomes eligible",
+    ),
     "grace_hours": ("grace (hours)", "the grace the run applied"),
 }
 
@@ -175,13 +225,18 @@ def _not_planned(r: dict[str, Any]) -> str:
     keys = [k for k in NOT_PLANNED_COLUMNS if k in seen] + sorted(seen - set(NOT_PLANNED_COLUMNS))
     labels = {k: NOT_PLANNED_COLUMNS.get(k, (k.replace("_", " "), ""))[0] for k in keys}
     head = "".join(f'<th title="{e(NOT_PLANNED_COLUMNS.get(k, ("", ""))[1])}">{e(labels[k])}</th>' for k in keys)
-    rows = "".join(f'<tr data-collection="{e(name)}"><td>{e(name)}</td>'
-                   + "".join(_not_planned_cell(k, counts.get(k)) for k in keys) + "</tr>"
-                   for name, counts in sorted(entries.items()))
+    rows = "".join(
+        f'<tr data-collection="{e(name)}"><td>{e(name)}</td>'
+        + "".join(_not_planned_cell(k, counts.get(k)) for k in keys)
+        + "</tr>"
+        for name, counts in sorted(entries.items())
+    )
     meanings = "; ".join(f"{labels[k]}: {NOT_PLANNED_COLUMNS[k][1]}" for k in keys if k in NOT_PLANNED_COLUMNS)
-    return ("<h2>Considered but not planned</h2>"
-            f'<table id="not-planned"><tr><th>collection</th>{head}</tr>{rows}</table>'
-            f'<p id="not-planned-meanings" class="hint">{e(meanings)}.</p>')
+    return (
+        "<h2>Considered but not planned</h2>"
+        f'<table id="not-planned"><tr><th>collection</th>{head}</tr>{rows}</table>'
+        f'<p id="not-planned-meanings" class="hint">{e(meanings)}.</p>'
+    )
 
 
 def _gate(gate: dict[str, Any] | None) -> str:
@@ -189,9 +244,15 @@ def _gate(gate: dict[str, Any] | None) -> str:
         return '<p id="gate-none" class="hint">This run did not meet the gate (a dry run, or a run from before it).</p>'
     judgement = gate["judgement"] or {}
     settings = judgement.get("settings") or {}
-    rule = (f"waits past {settings.get('ratio', '?')}× the median of the last {settings.get('history', '?')} real runs "
+    rule = (
+        (
+            f"waits past {settings.get('ratio', '?')}× the median of the last {settings.get('history', '?')} real runs "
             f"and past the floors ({settings.get('min_objects', 0):,} objects or rows, "
-            f"{human_bytes(int(settings.get('min_bytes', 0)))}): Variable blobgc_gate") if settings else ""
+            f"{human_bytes(int(settings.get('min_bytes', 0)))}): Variable blobgc_gate"
+        )
+        if settings
+        else ""
+    )
     scopes = "".join(
         f'<tr data-scope="{e(s.get("scope"))}" data-exceeds="{str(bool(s.get("exceeds"))).lower()}">'
         f'<td>{e(s.get("scope"))}</td><td class="num">{int(s.get("planned_objects", 0)):,}</td>'
@@ -199,22 +260,31 @@ def _gate(gate: dict[str, Any] | None) -> str:
         f'<td class="num">{e(human_bytes(int(s.get("planned_bytes", 0))))}</td>'
         f'<td class="num">{int(s.get("history_runs", 0)):,}</td>'
         f'<td class="num">{float(s.get("median_objects", 0)):,.0f} · {float(s.get("median_rows", 0)):,.0f} · '
-        f'{e(human_bytes(int(s.get("median_bytes", 0))))}</td>'
+        f"{e(human_bytes(int(s.get('median_bytes', 0))))}</td>"
         f'<td class="num">{float(s.get("threshold_objects", 0)):,.0f} · {float(s.get("threshold_rows", 0)):,.0f} · '
-        f'{e(human_bytes(int(s.get("threshold_bytes", 0))))}</td>'
-        f'<td>{"<b>exceeded</b>" if s.get("exceeds") else "within"}</td></tr>'
-        for s in judgement.get("scopes") or [])
-    table = ('<table id="gate-scopes"><tr><th>scope</th><th>planned objects</th><th>planned rows</th>'
-             '<th>planned bytes</th><th>past runs</th><th>median (objects · rows · bytes)</th>'
-             '<th>threshold (objects · rows · bytes)</th><th></th></tr>'
-             f'{scopes}</table>') if scopes else ""
-    return (f'<table id="gate" class="figures" data-decision="{e(gate["decision"])}">'
-            f'<tr><th>decision</th><td><b>{e(gate["decision"])}</b></td></tr>'
-            f'<tr><th>by</th><td>{e(gate["decided_by"] or "—")}</td></tr>'
-            f'<tr><th>when</th><td>{e(when(gate["decided_at"]))}</td></tr>'
-            f'<tr><th>planned</th><td>{gate["planned_objects"]:,} objects, {gate["planned_rows"]:,} rows, '
-            f'{e(human_bytes(gate["planned_bytes"]))}</td></tr>'
-            f'<tr><th>rule</th><td class="hint">{e(rule)}</td></tr></table>{table}')
+        f"{e(human_bytes(int(s.get('threshold_bytes', 0))))}</td>"
+        f"<td>{'<b>exceeded</b>' if s.get('exceeds') else 'within'}</td></tr>"
+        for s in judgement.get("scopes") or []
+    )
+    table = (
+        (
+            '<table id="gate-scopes"><tr><th>scope</th><th>planned objects</th><th>planned rows</th>'
+            "<th>planned bytes</th><th>past runs</th><th>median (objects · rows · bytes)</th>"
+            "<th>threshold (objects · rows · bytes)</th><th></th></tr>"
+            f"{scopes}</table>"
+        )
+        if scopes
+        else ""
+    )
+    return (
+        f'<table id="gate" class="figures" data-decision="{e(gate["decision"])}">'
+        f"<tr><th>decision</th><td><b>{e(gate['decision'])}</b></td></tr>"
+        f"<tr><th>by</th><td>{e(gate['decided_by'] or '—')}</td></tr>"
+        f"<tr><th>when</th><td>{e(when(gate['decided_at']))}</td></tr>"
+        f"<tr><th>planned</th><td>{gate['planned_objects']:,} objects, {gate['planned_rows']:,} rows, "
+        f"{e(human_bytes(gate['planned_bytes']))}</td></tr>"
+        f'<tr><th>rule</th><td class="hint">{e(rule)}</td></tr></table>{table}'
+    )
 
 
 def _table(table_id: str, headings: list[str], rows: list[str]) -> str:
@@ -228,31 +298,51 @@ def _keys_source(r: dict[str, Any]) -> str:
     """Which keys the status and prefix tables count, and where their bytes come from."""
     if r["run"]["dry_run"]:
         return "Every key of the plan; bytes are the plan's sizes (unknown sizes count 0)."
-    return ("The keys this run owed (planned keys skipped before they were owed are not here); bytes are the sizes "
-            "logged with each key when it was owed (unknown sizes count 0), not what the drain counted.")
+    return (
+        "The keys this run owed (planned keys skipped before they were owed are not here); bytes are the sizes "
+        "logged with each key when it was owed (unknown sizes count 0), not what the drain counted."
+    )
 
 
 def _statuses(r: dict[str, Any]) -> str:
-    return _table("statuses", ["status", "objects", "bytes (as logged)"], [
-        f'<tr data-status="{e(s["status"])}" data-objects="{s["objects"]}" data-bytes="{s["bytes"]}">'
-        f'<td class="status-{e(s["status"])}">{e(s["status"])}</td><td class="num">{s["objects"]:,}</td>'
-        f'<td class="num">{e(human_bytes(s["bytes"]))}</td></tr>' for s in r["statuses"]])
+    return _table(
+        "statuses",
+        ["status", "objects", "bytes (as logged)"],
+        [
+            f'<tr data-status="{e(s["status"])}" data-objects="{s["objects"]}" data-bytes="{s["bytes"]}">'
+            f'<td class="status-{e(s["status"])}">{e(s["status"])}</td><td class="num">{s["objects"]:,}</td>'
+            f'<td class="num">{e(human_bytes(s["bytes"]))}</td></tr>'
+            for s in r["statuses"]
+        ],
+    )
 
 
 def _prefixes(r: dict[str, Any]) -> str:
-    return _table("prefixes", ["prefix", "objects", "bytes", "deleted"], [
-        f'<tr data-prefix="{e(p["prefix"])}" data-objects="{p["objects"]}" data-bytes="{p["bytes"]}">'
-        f'<td class="run-id">{e(p["prefix"])}</td><td class="num">{p["objects"]:,}</td>'
-        f'<td class="num" title="{p["bytes"]} bytes">{e(human_bytes(p["bytes"]))}</td>'
-        f'<td class="num">{p["deleted"]:,}</td></tr>' for p in r["by_prefix"]])
+    return _table(
+        "prefixes",
+        ["prefix", "objects", "bytes", "deleted"],
+        [
+            f'<tr data-prefix="{e(p["prefix"])}" data-objects="{p["objects"]}" data-bytes="{p["bytes"]}">'
+            f'<td class="run-id">{e(p["prefix"])}</td><td class="num">{p["objects"]:,}</td>'
+            f'<td class="num" title="{p["bytes"]} bytes">{e(human_bytes(p["bytes"]))}</td>'
+            f'<td class="num">{p["deleted"]:,}</td></tr>'
+            for p in r["by_prefix"]
+        ],
+    )
 
 
 def _sample(r: dict[str, Any]) -> str:
-    return _table("sample-keys", ["bucket", "key", "size", "status", "deleted at", "delete marker"], [
-        f'<tr data-key="{e(k["key"])}" data-status="{e(k["status"])}"><td>{e(k["bucket"])}</td>'
-        f'<td class="run-id">{e(k["key"])}</td><td class="num">{e(human_bytes(k["size_bytes"]))}</td>'
-        f'<td class="status-{e(k["status"])}">{e(k["status"])}</td><td>{e(when(k["deleted_at"]))}</td>'
-        f'<td class="run-id">{e(k["version_id"] or "")}</td></tr>' for k in r["sample_keys"]])
+    return _table(
+        "sample-keys",
+        ["bucket", "key", "size", "status", "deleted at", "delete marker"],
+        [
+            f'<tr data-key="{e(k["key"])}" data-status="{e(k["status"])}"><td>{e(k["bucket"])}</td>'
+            f'<td class="run-id">{e(k["key"])}</td><td class="num">{e(human_bytes(k["size_bytes"]))}</td>'
+            f'<td class="status-{e(k["status"])}">{e(k["status"])}</td><td>{e(when(k["deleted_at"]))}</td>'
+            f'<td class="run-id">{e(k["version_id"] or "")}</td></tr>'
+            for k in r["sample_keys"]
+        ],
+    )
 
 
 def _restore(r: dict[str, Any], states: dict[str, dict[str, Any]]) -> str:
@@ -261,26 +351,34 @@ def _restore(r: dict[str, Any], states: dict[str, dict[str, Any]]) -> str:
         return '<p id="restore-none" class="hint">Nobody has undone this run.</p>'
     out = []
     if requests:
-        out.append('<table id="undo-requests"><tr><th>restore run</th><th>asked by</th><th>asked at</th>'
-                   "<th>state</th><th>finished</th></tr>")
+        out.append(
+            '<table id="undo-requests"><tr><th>restore run</th><th>asked by</th><th>asked at</th>'
+            "<th>state</th><th>finished</th></tr>"
+        )
         for u in requests:
             airflow = states.get(u["restore_run_id"], {})
             state = airflow.get("state") or ("finished" if u["finished_at"] else "waiting")
             finished = u["finished_at"] or airflow.get("end_date")
-            out.append(f'<tr data-restore-run="{e(u["restore_run_id"])}" data-state="{e(state)}">'
-                       f'<td class="run-id"><a href="/dags/blobgc_restore/runs/{quote(u["restore_run_id"], safe="")}"'
-                       f' target="_top">{e(u["restore_run_id"])}</a></td><td>{e(u["requested_by"])}</td>'
-                       f'<td>{e(when(u["requested_at"]))}</td><td>{e(state)}</td>'
-                       f'<td>{e(when(finished))}</td></tr>')
+            out.append(
+                f'<tr data-restore-run="{e(u["restore_run_id"])}" data-state="{e(state)}">'
+                f'<td class="run-id"><a href="/dags/blobgc_restore/runs/{quote(u["restore_run_id"], safe="")}"'
+                f' target="_top">{e(u["restore_run_id"])}</a></td><td>{e(u["requested_by"])}</td>'
+                f"<td>{e(when(u['requested_at']))}</td><td>{e(state)}</td>"
+                f"<td>{e(when(finished))}</td></tr>"
+            )
         out.append("</table>")
     if items:
-        out.append('<table id="restore-items"><tr><th>restore run</th><th>kind</th><th>outcome</th><th>items</th>'
-                   "<th>last</th></tr>")
+        out.append(
+            '<table id="restore-items"><tr><th>restore run</th><th>kind</th><th>outcome</th><th>items</th>'
+            "<th>last</th></tr>"
+        )
         for i in items:
-            out.append(f'<tr data-kind="{e(i["kind"])}" data-outcome="{e(i["outcome"])}" data-items="{i["items"]}">'
-                       f'<td class="run-id">{e(i["restore_run_id"])}</td><td>{e(i["kind"])}</td>'
-                       f'<td>{e(i["outcome"])}</td><td class="num">{i["items"]:,}</td>'
-                       f'<td>{e(when(i["last_at"]))}</td></tr>')
+            out.append(
+                f'<tr data-kind="{e(i["kind"])}" data-outcome="{e(i["outcome"])}" data-items="{i["items"]}">'
+                f'<td class="run-id">{e(i["restore_run_id"])}</td><td>{e(i["kind"])}</td>'
+                f'<td>{e(i["outcome"])}</td><td class="num">{i["items"]:,}</td>'
+                f"<td>{e(when(i['last_at']))}</td></tr>"
+            )
         out.append("</table>")
     return "".join(out)
 
@@ -308,61 +406,94 @@ def _undo(r: dict[str, Any], root: str, may_undo: bool, paused: bool | None) -> 
     if run["dry_run"]:
         return '<p id="undo-none" class="hint">A dry run deleted nothing: there is nothing to undo.</p>'
     if not r["undoable"]:
-        return ('<p id="undo-none" class="hint">This run cannot be undone: its deletions left no version ids (the '
-                "bucket was not versioned, or nothing was deleted), so blobgc_restore cannot bring the bytes back.</p>")
+        return (
+            '<p id="undo-none" class="hint">This run cannot be undone: its deletions left no version ids (the '
+            "bucket was not versioned, or nothing was deleted), so blobgc_restore cannot bring the bytes back.</p>"
+        )
     if not may_undo:
-        return ('<p id="undo-none" class="hint">Undoing this run needs permission to trigger blobgc_restore, which '
-                "your Airflow user does not have.</p>")
+        return (
+            '<p id="undo-none" class="hint">Undoing this run needs permission to trigger blobgc_restore, which '
+            "your Airflow user does not have.</p>"
+        )
     url = f"{root}/api/runs/{quote(run['dag_id'], safe='')}/{quote(run['run_id'], safe='')}/undo"
-    note = ('<p id="restore-paused" class="note">blobgc_restore is paused: an undo pressed now is queued and '
-            "waits until someone unpauses blobgc_restore in Airflow.</p>") if paused else ""
-    return (f'<p><button id="undo-button" type="button" data-url="{e(url)}">Undo this run</button> '
-            '<span class="hint">triggers blobgc_restore for this run as you: it removes the delete markers this '
-            'run left and puts back the rows it can.</span></p>'
-            f'{note}<p id="undo-result" class="hint" aria-live="polite"></p>{UNDO_SCRIPT}')
+    note = (
+        (
+            '<p id="restore-paused" class="note">blobgc_restore is paused: an undo pressed now is queued and '
+            "waits until someone unpauses blobgc_restore in Airflow.</p>"
+        )
+        if paused
+        else ""
+    )
+    return (
+        f'<p><button id="undo-button" type="button" data-url="{e(url)}">Undo this run</button> '
+        '<span class="hint">triggers blobgc_restore for this run as you: it removes the delete markers this '
+        "run left and puts back the rows it can.</span></p>"
+        f'{note}<p id="undo-result" class="hint" aria-live="polite"></p>{UNDO_SCRIPT}'
+    )
 
 
-def render_receipt(r: dict[str, Any], *, root: str, may_undo: bool, paused: bool | None,
-                   restore_states: dict[str, dict[str, Any]] | None = None) -> str:
+def render_receipt(
+    r: dict[str, Any],
+    *,
+    root: str,
+    may_undo: bool,
+    paused: bool | None,
+    restore_states: dict[str, dict[str, Any]] | None = None,
+) -> str:
     """The whole receipt page of one run."""
     run = r["run"]
     title = f"{run['dag_id']} {run['run_id']}"
     csv_href, json_href = (manifest_path(root, run["dag_id"], run["run_id"], f) for f in ("csv", "json"))
     kind = "dry" if run["dry_run"] else "real"
-    return "".join([
-        f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt {e(title)}</title>",
-        f"<style>{PAGE_CSS}{RECEIPT_CSS}</style></head>",
-        f'<body data-dag-id="{e(run["dag_id"])}" data-run-id="{e(run["run_id"])}" data-kind="{kind}">',
-        f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
-        f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
-        _run_table(r, root),
-        "<h2>Planned, and what became of each key</h2>", _figures(r),
-        _not_planned(r),
-        "<h2>The gate</h2>", _gate(r["gate"]),
-        "<h2>Keys by status</h2>", f'<p id="keys-source" class="hint">{e(_keys_source(r))}</p>', _statuses(r),
-        "<h2>Bytes by prefix</h2>", _prefixes(r),
-        f'<h2>A sample of keys (first {len(r["sample_keys"])})</h2>', _sample(r),
-        '<h2>The full manifest</h2><p id="manifest">Every key of this run, with its size and status: '
-        f'<a id="manifest-csv" href="{e(csv_href)}" download>CSV</a> · '
-        f'<a id="manifest-json" href="{e(json_href)}" download>JSON</a></p>',
-        "<h2>Undo</h2>", _undo(r, root, may_undo, paused),
-        '<h2>Restore</h2><div id="restore">', _restore(r, restore_states or {}), "</div>",
-        "</body></html>",
-    ])
+    return "".join(
+        [
+            f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt {e(title)}</title>",
+            f"<style>{PAGE_CSS}{RECEIPT_CSS}</style></head>",
+            f'<body data-dag-id="{e(run["dag_id"])}" data-run-id="{e(run["run_id"])}" data-kind="{kind}">',
+            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
+            f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
+            _run_table(r, root),
+            "<h2>Planned, and what became of each key</h2>",
+            _figures(r),
+            _not_planned(r),
+            "<h2>The gate</h2>",
+            _gate(r["gate"]),
+            "<h2>Keys by status</h2>",
+            f'<p id="keys-source" class="hint">{e(_keys_source(r))}</p>',
+            _statuses(r),
+            "<h2>Bytes by prefix</h2>",
+            _prefixes(r),
+            f"<h2>A sample of keys (first {len(r['sample_keys'])})</h2>",
+            _sample(r),
+            '<h2>The full manifest</h2><p id="manifest">Every key of this run, with its size and status: '
+            f'<a id="manifest-csv" href="{e(csv_href)}" download>CSV</a> · '
+            f'<a id="manifest-json" href="{e(json_href)}" download>JSON</a></p>',
+            "<h2>Undo</h2>",
+            _undo(r, root, may_undo, paused),
+            '<h2>Restore</h2><div id="restore">',
+            _restore(r, restore_states or {}),
+            "</div>",
+            "</body></html>",
+        ]
+    )
 
 
 def render_not_found(dag_id: str, run_id: str, root: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: no such run</title>"
-            f"<style>{PAGE_CSS}</style></head><body><h1>No such run</h1>"
-            f'<p id="not-found">blobgc has no run <span class="run-id">{e(run_id)}</span> of '
-            f'<span class="run-id">{e(dag_id)}</span>.</p>'
-            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>')
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: no such run</title>"
+        f"<style>{PAGE_CSS}</style></head><body><h1>No such run</h1>"
+        f'<p id="not-found">blobgc has no run <span class="run-id">{e(run_id)}</span> of '
+        f'<span class="run-id">{e(dag_id)}</span>.</p>'
+        f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>'
+    )
 
 
 def render_forbidden(dag_id: str, root: str) -> str:
     """The receipt page's answer to a user who may not read runs of `dag_id`: it says nothing about its runs."""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: not allowed</title>"
-            f"<style>{PAGE_CSS}</style></head><body><h1>Not allowed</h1>"
-            f'<p id="forbidden">You may not read runs of <span class="run-id">{e(dag_id)}</span>, so blobgc shows '
-            "you none of its receipts. Ask an Airflow administrator for read access to that DAG's runs.</p>"
-            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>')
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt: not allowed</title>"
+        f"<style>{PAGE_CSS}</style></head><body><h1>Not allowed</h1>"
+        f'<p id="forbidden">You may not read runs of <span class="run-id">{e(dag_id)}</span>, so blobgc shows '
+        "you none of its receipts. Ask an Airflow administrator for read access to that DAG's runs.</p>"
+        f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p></body></html>'
+    )

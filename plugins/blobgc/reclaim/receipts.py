@@ -4,6 +4,7 @@ Read-only, except `record_undo_request`. Every key of a run comes from one state
 (a real run's deletion log and what became of each key; a dry run's plan, or before plans its dry log): the
 receipt's figures wrap it, and the manifest streams it (`manifest_rows`, a server-side cursor).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -40,12 +41,14 @@ def storage_price(conn: psycopg.Connection, storage_class: str = "STANDARD") -> 
 def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, Any] | None:
     """One run's counts, timing, plan and collections (blobgc.run), or None."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(queries.load("report/select_runs"),
-                           {"dag_id": dag_id, "run_id": run_id, "dag_ids": None, "limit": 1}).fetchone()
+        return cur.execute(
+            queries.load("report/select_runs"), {"dag_id": dag_id, "run_id": run_id, "dag_ids": None, "limit": 1}
+        ).fetchone()
 
 
-def collect_receipt(conn: psycopg.Connection, dag_id: str, run_id: str, *, sample: int = 20,
-                    prefixes: int = 20) -> dict[str, Any] | None:
+def collect_receipt(
+    conn: psycopg.Connection, dag_id: str, run_id: str, *, sample: int = 20, prefixes: int = 20
+) -> dict[str, Any] | None:
     """Everything a run's receipt shows, as JSON-able data; None when blobgc has no such run."""
     run = find_run(conn, dag_id, run_id)
     if run is None:
@@ -111,21 +114,26 @@ def undo_refusal(conn: psycopg.Connection, dag_id: str, run_id: str) -> str | No
     if not deleted:
         return "this run deleted no object: there is nothing to undo"
     if not deleted["with_version_id"]:
-        return ("this run's deletions left no version ids: its bucket was not versioned, so the bytes are gone "
-                "for good and blobgc_restore cannot bring them back")
+        return (
+            "this run's deletions left no version ids: its bucket was not versioned, so the bytes are gone "
+            "for good and blobgc_restore cannot bring them back"
+        )
     return None
 
 
-def record_undo_request(conn: psycopg.Connection, dag_id: str, run_id: str, restore_run_id: str,
-                        requested_by: str) -> None:
+def record_undo_request(
+    conn: psycopg.Connection, dag_id: str, run_id: str, restore_run_id: str, requested_by: str
+) -> None:
     with conn.transaction():
-        conn.execute(queries.load("receipts/insert_undo_request"),
-                     {"dag_id": dag_id, "run_id": run_id, "restore_run_id": restore_run_id,
-                      "requested_by": requested_by})
+        conn.execute(
+            queries.load("receipts/insert_undo_request"),
+            {"dag_id": dag_id, "run_id": run_id, "restore_run_id": restore_run_id, "requested_by": requested_by},
+        )
 
 
-def manifest_rows(conn: psycopg.Connection, dag_id: str, run_id: str, *,
-                  batch: int = 5000) -> Iterator[list[tuple[Any, ...]]]:
+def manifest_rows(
+    conn: psycopg.Connection, dag_id: str, run_id: str, *, batch: int = 5000
+) -> Iterator[list[tuple[Any, ...]]]:
     """Every key of a run (MANIFEST_COLUMNS), a batch at a time from a server-side cursor: constant memory
     however many keys the run has. The caller owns `conn` (autocommit); the cursor lives in a transaction."""
     with conn.transaction(), conn.cursor(name="blobgc_manifest") as cur:

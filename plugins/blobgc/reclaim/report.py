@@ -1,11 +1,12 @@
 """The storage reclaim report, as data: what `blobgc.reclaim.page` draws and `/blobgc/api/reclaim` serves.
 
-Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last real and dry runs of each DAG, the owed deletions (parked
-ones too), the latest reconcile's findings, the most recent runs and the S3 Standard price (blobgc.storage_price),
-in one read-only pass. Given `dag_ids` (the DAGs whose runs the reader may read, `blobgc.reclaim.run_access`), every
-figure, run and owed deletion of another DAG is left out, and reconcile's findings unless blobgc_reconcile is
-among them.
+Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last
+real and dry runs of each DAG, the owed deletions (parked ones too), the latest reconcile's findings, the most
+recent runs and the S3 Standard price (blobgc.storage_price), in one read-only pass. Given `dag_ids` (the DAGs
+whose runs the reader may read, `blobgc.reclaim.run_access`), every figure, run and owed deletion of another DAG
+is left out, and reconcile's findings unless blobgc_reconcile is among them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection
@@ -26,9 +27,17 @@ def run_dag_ids(conn: psycopg.Connection) -> set[str]:
     return {r[0] for r in conn.execute(queries.load("report/select_run_dag_ids"))}
 
 
-def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5, sample: int = 20,
-                   today: date | None = None, collection: str | None = None, recent: int = 30,
-                   dag_ids: Collection[str] | None = None) -> dict[str, Any]:
+def collect_report(
+    conn: psycopg.Connection,
+    *,
+    days: int = 30,
+    per_dag: int = 5,
+    sample: int = 20,
+    today: date | None = None,
+    collection: str | None = None,
+    recent: int = 30,
+    dag_ids: Collection[str] | None = None,
+) -> dict[str, Any]:
     """Everything the page shows, as JSON-able data: daily reclaim (of one collection, when given), last runs,
     the most recent runs (each with a receipt), owed deletions, reconcile findings, the collections the daily
     figures can be filtered by, and the storage price their dollars are reckoned at.
@@ -45,19 +54,28 @@ def collect_report(conn: psycopg.Connection, *, days: int = 30, per_dag: int = 5
             today = cur.execute("SELECT (now() AT TIME ZONE 'UTC')::date AS d").fetchone()["d"]
         since = today - timedelta(days=days - 1)
         if collection is None:
-            daily = cur.execute(queries.load("report/select_reclaim_daily"),
-                                {"since": since, "dag_ids": scope}).fetchall()
+            daily = cur.execute(
+                queries.load("report/select_reclaim_daily"), {"since": since, "dag_ids": scope}
+            ).fetchall()
         else:
-            daily = cur.execute(queries.load("report/select_reclaim_daily_by_collection"),
-                                {"since": since, "collection": collection, "dag_ids": scope}).fetchall()
-        collections = [r["collection"] for r in cur.execute(queries.load("report/select_collections"),
-                                                              {"since": since, "dag_ids": scope})]
+            daily = cur.execute(
+                queries.load("report/select_reclaim_daily_by_collection"),
+                {"since": since, "collection": collection, "dag_ids": scope},
+            ).fetchall()
+        collections = [
+            r["collection"]
+            for r in cur.execute(queries.load("report/select_collections"), {"since": since, "dag_ids": scope})
+        ]
         runs = cur.execute(queries.load("report/select_last_runs"), {"per_dag": per_dag, "dag_ids": scope}).fetchall()
         owed = cur.execute(queries.load("report/select_owed_deletions"), {"dag_ids": scope}).fetchall()
-        findings = (cur.execute(queries.load("report/select_reconcile_findings"), {"sample": sample}).fetchall()
-                    if scope is None or RECONCILE_DAG_ID in scope else [])
-        recent_runs = cur.execute(queries.load("report/select_runs"),
-                                  {"dag_id": None, "run_id": None, "dag_ids": scope, "limit": recent}).fetchall()
+        findings = (
+            cur.execute(queries.load("report/select_reconcile_findings"), {"sample": sample}).fetchall()
+            if scope is None or RECONCILE_DAG_ID in scope
+            else []
+        )
+        recent_runs = cur.execute(
+            queries.load("report/select_runs"), {"dag_id": None, "run_id": None, "dag_ids": scope, "limit": recent}
+        ).fetchall()
         price = storage_price(conn)
     return {
         "since": since.isoformat(),

@@ -2,6 +2,7 @@
 `URL_PREFIX` by the plugin and defines its receipt route from `RECEIPT_ROUTE`; a DAG hands `receipt_path` down
 to its gate (`blobgc.dag_kit.builder.destructive_dag`), which links the plan it asks a person about. Nothing here
 imports FastAPI: a DAG file imports it at every parse."""
+
 from __future__ import annotations
 
 from urllib.parse import quote

@@ -5,6 +5,7 @@ so the reclaim app shows a run only to a user the auth manager lets read runs of
 `GET /api/v2/dags/{dag_id}/dagRuns/{run_id}` makes (GET on DagAccessEntity.RUN, with the DAG's team when
 `[core] multi_team` is on).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -24,9 +25,16 @@ def readable_dag_ids(user: Any, dag_ids: Iterable[str]) -> set[str]:
 
         teams = DagModel.get_dag_id_to_team_name_mapping(sorted(wanted))
     manager = get_auth_manager()
-    return {dag_id for dag_id in wanted
-            if manager.is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
-                                         details=DagDetails(id=dag_id, team_name=teams.get(dag_id)), user=user)}
+    return {
+        dag_id
+        for dag_id in wanted
+        if manager.is_authorized_dag(
+            method="GET",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=dag_id, team_name=teams.get(dag_id)),
+            user=user,
+        )
+    }
 
 
 def may_read_runs(user: Any, dag_id: str) -> bool:

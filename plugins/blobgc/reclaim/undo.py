@@ -1,13 +1,14 @@
-""""Undo this run": blobgc_restore triggered through Airflow's own REST API, as the signed-in user.
+""" "Undo this run": blobgc_restore triggered through Airflow's own REST API, as the signed-in user.
 
 blobgc never triggers a DAG with powers of its own here: it forwards the caller's JWT (the bearer header, or the
 UI's `_token` cookie), so Airflow applies that user's permissions, records the trigger under that user, and a
 user who may not trigger blobgc_restore is refused by Airflow as well as by `may_trigger_restore`.
 """
+
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -44,8 +45,9 @@ def may_trigger_restore(user: Any) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
-                                                details=DagDetails(id=RESTORE_DAG_ID), user=user)
+    return get_auth_manager().is_authorized_dag(
+        method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=RESTORE_DAG_ID), user=user
+    )
 
 
 def user_name(user: Any) -> str:
@@ -76,8 +78,13 @@ def api_base() -> str:
 
 def _airflow(method: str, path: str, token: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
-        response = httpx.request(method, api_base() + path, json=body, timeout=TIMEOUT,
-                                 headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        response = httpx.request(
+            method,
+            api_base() + path,
+            json=body,
+            timeout=TIMEOUT,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
     except httpx.HTTPError as error:
         raise Refusal(502, f"Airflow's REST API could not be reached: {error}") from error
     if response.status_code >= 400:
@@ -85,23 +92,30 @@ def _airflow(method: str, path: str, token: str, body: dict[str, Any] | None = N
             detail = response.json().get("detail", response.text)
         except ValueError:
             detail = response.text
-        raise Refusal(response.status_code if response.status_code < 500 else 502,
-                      f"Airflow answered {response.status_code}: {detail}")
+        raise Refusal(
+            response.status_code if response.status_code < 500 else 502,
+            f"Airflow answered {response.status_code}: {detail}",
+        )
     return response.json()
 
 
 def restore_run_id() -> str:
-    return f"undo__{datetime.now(timezone.utc):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}"
+    return f"undo__{datetime.now(UTC):%Y%m%dT%H%M%S}_{uuid.uuid4().hex[:6]}"
 
 
 def trigger_restore(token: str, dag_id: str, run_id: str, requested_by: str) -> dict[str, Any]:
     """Trigger blobgc_restore for one run as the token's user; the new DAG run as Airflow returns it."""
-    return _airflow("POST", f"/dags/{RESTORE_DAG_ID}/dagRuns", token, {
-        "dag_run_id": restore_run_id(),
-        "logical_date": None,
-        "conf": {"run_id": run_id, "source_dag_id": dag_id},
-        "note": f"Undo from receipt by {requested_by}",
-    })
+    return _airflow(
+        "POST",
+        f"/dags/{RESTORE_DAG_ID}/dagRuns",
+        token,
+        {
+            "dag_run_id": restore_run_id(),
+            "logical_date": None,
+            "conf": {"run_id": run_id, "source_dag_id": dag_id},
+            "note": f"Undo from receipt by {requested_by}",
+        },
+    )
 
 
 def restore_paused(token: str | None) -> bool | None:

@@ -35,13 +35,15 @@ The report says what was not planned and why (`not_planned`), per collection (se
 keys and inventories per bucket): the objects considered, those a row accounts for, those too young
 for the age floor (and when the first becomes eligible), those of no known layout, the orphans planned.
 """
+
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import psycopg
 
@@ -102,22 +104,42 @@ class KeySource:
 
     def ref_prefix(self, shard_prefix: str) -> str:
         """The id prefix of a shard's rows ("images/3f/" -> "3f", "blobs/a" -> "a")."""
-        return shard_prefix[len(self.prefix):].rstrip("/")
+        return shard_prefix[len(self.prefix) :].rstrip("/")
 
 
 KEY_SOURCES: tuple[KeySource, ...] = (
-    KeySource(BLOB_OBJECTS, "reconcile/select_existing_blobs", "reconcile/select_blob_rows_in_range",
-              lambda ref, _: [blob_keys(ref)[0]], "reconcile/select_blob_shards",
-              "reconcile/copy_blob_keys"),
-    KeySource(PASTE_CONTENTS, "reconcile/select_existing_contents", "reconcile/select_content_rows_in_range",
-              lambda ref, _: [content_key(ref)], "reconcile/select_content_shards",
-              "reconcile/copy_content_keys"),
-    KeySource(IMAGE_FILES, "reconcile/select_existing_images", "reconcile/select_image_rows_in_range",
-              lambda ref, known: known or [], "reconcile/select_image_shards",
-              "reconcile/copy_image_keys"),
-    KeySource(MAIL_BLOBS, "reconcile/select_existing_mail_blobs", "reconcile/select_mail_rows_in_range",
-              lambda ref, _: [mail_key(ref)], "reconcile/select_mail_shards",
-              "reconcile/copy_mail_keys"),
+    KeySource(
+        BLOB_OBJECTS,
+        "reconcile/select_existing_blobs",
+        "reconcile/select_blob_rows_in_range",
+        lambda ref, _: [blob_keys(ref)[0]],
+        "reconcile/select_blob_shards",
+        "reconcile/copy_blob_keys",
+    ),
+    KeySource(
+        PASTE_CONTENTS,
+        "reconcile/select_existing_contents",
+        "reconcile/select_content_rows_in_range",
+        lambda ref, _: [content_key(ref)],
+        "reconcile/select_content_shards",
+        "reconcile/copy_content_keys",
+    ),
+    KeySource(
+        IMAGE_FILES,
+        "reconcile/select_existing_images",
+        "reconcile/select_image_rows_in_range",
+        lambda ref, known: known or [],
+        "reconcile/select_image_shards",
+        "reconcile/copy_image_keys",
+    ),
+    KeySource(
+        MAIL_BLOBS,
+        "reconcile/select_existing_mail_blobs",
+        "reconcile/select_mail_rows_in_range",
+        lambda ref, _: [mail_key(ref)],
+        "reconcile/select_mail_shards",
+        "reconcile/copy_mail_keys",
+    ),
 )
 SOURCES_BY_NAME = {s.name: s for s in KEY_SOURCES}
 
@@ -164,20 +186,27 @@ class Shard(TaskResult):
         the key, or the rest alone where the shard ends at a folder (images/3f/ holds ids 3f...)."""
         if not key:
             return None
-        rest = key[len(self.prefix):]
+        rest = key[len(self.prefix) :]
         return rest if self.prefix.endswith("/") else source.ref_prefix(self.prefix) + rest
 
 
 def collection_shards(collections: list[BoundCollection]) -> list[Shard]:
     """One shard per literal prefix of each collection's key templates (app_blob is seed 000's source instead)."""
-    return [Shard(prefix, None, bound.name, bound.bucket) for bound in collections
-            if not bound.collection.column_mode for prefix in bound.collection.prefixes]
-
+    return [
+        Shard(prefix, None, bound.name, bound.bucket)
+        for bound in collections
+        if not bound.collection.column_mode
+        for prefix in bound.collection.prefixes
+    ]
 
 
 def discover_shards(
-    s3, bucket: str, prefixes: list[str] | None = None, conn: psycopg.Connection | None = None,
-    collections: list[BoundCollection] | None = None, seeds: bool = True,
+    s3,
+    bucket: str,
+    prefixes: list[str] | None = None,
+    conn: psycopg.Connection | None = None,
+    collections: list[BoundCollection] | None = None,
+    seeds: bool = True,
 ) -> list[Shard]:
     """Walk the bucket for its shards: one listing call per shard found, never a fixed list.
 
@@ -195,8 +224,13 @@ def discover_shards(
     collections = collections or []
     shards: list[Shard] = []
     present = KEY_SOURCES if conn is None else present_sources(conn)
-    seed_sources = present if seeds else tuple(
-        s for s in present if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections))
+    seed_sources = (
+        present
+        if seeds
+        else tuple(
+            s for s in present if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections)
+        )
+    )
     for source in seed_sources:
         found = set(leading_shards(s3, bucket, source.prefix, source.layout.shard_chars))
         if conn is not None:
@@ -219,8 +253,9 @@ def discover_shards(
         if loose:
             shards.append(Shard("", None))
     if prefixes:
-        shards = [s for s in shards if any(s.prefix.startswith(p) or (p.startswith(s.prefix) and s.prefix)
-                                           for p in prefixes)]
+        shards = [
+            s for s in shards if any(s.prefix.startswith(p) or (p.startswith(s.prefix) and s.prefix) for p in prefixes)
+        ]
     return shards
 
 
@@ -246,8 +281,11 @@ def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
         return [shard]
     subs: list[str] = []
     for depth in range(1, MAX_SPLIT_DEPTH + 1):
-        subs = [sub for sub in leading_shards(s3, shard.bucket or bucket, shard.prefix, depth)
-                if all(c > "/" for c in sub[len(shard.prefix):])]
+        subs = [
+            sub
+            for sub in leading_shards(s3, shard.bucket or bucket, shard.prefix, depth)
+            if all(c > "/" for c in sub[len(shard.prefix) :])
+        ]
         if len(subs) >= ranges:
             break
     if len(subs) < 2:
@@ -255,11 +293,17 @@ def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
     step = len(subs) / min(ranges, len(subs))
     bounds = [subs[round(i * step)] for i in range(1, min(ranges, len(subs)))]
     edges = [""] + bounds + [""]
-    return [replace(shard, lo=lo, hi=hi) for lo, hi in zip(edges, edges[1:])]
+    return [replace(shard, lo=lo, hi=hi) for lo, hi in pairwise(edges)]
 
 
-def bucket_origins(conn: psycopg.Connection, bucket: str, collections: list[BoundCollection], *, seeds: bool,
-                   variable: str = RUN_BUCKET_VARIABLE) -> dict[str, list[str]]:
+def bucket_origins(
+    conn: psycopg.Connection,
+    bucket: str,
+    collections: list[BoundCollection],
+    *,
+    seeds: bool,
+    variable: str = RUN_BUCKET_VARIABLE,
+) -> dict[str, list[str]]:
     """Every bucket a listing run lists (`discover_shards`), with what points at it: the run's `bucket` for the seed
     layouts whose table exists and the collections that name no bucket (`variable` names Variable blobgc_bucket),
     each collection's own."""
@@ -274,9 +318,18 @@ def bucket_origins(conn: psycopg.Connection, bucket: str, collections: list[Boun
     return origins
 
 
-def plan_listing(conn: psycopg.Connection, s3, bucket: str, collections: list[BoundCollection], *, seeds: bool,
-                 prefixes: list[str] | None = None, ranges: int = 1, bucket_variable: str = RUN_BUCKET_VARIABLE,
-                 list_s3=None) -> list[Shard]:
+def plan_listing(
+    conn: psycopg.Connection,
+    s3,
+    bucket: str,
+    collections: list[BoundCollection],
+    *,
+    seeds: bool,
+    prefixes: list[str] | None = None,
+    ranges: int = 1,
+    bucket_variable: str = RUN_BUCKET_VARIABLE,
+    list_s3=None,
+) -> list[Shard]:
     """A listing run's shards, cut into ranges: only the buckets something points at are listed, and each is checked
     first, so a missing one (or one that refuses the listing) fails the run at once, named with what points at it.
 
@@ -312,8 +365,9 @@ class ShardResult(TaskResult):
     accounted: int = 0
 
 
-def list_pages(s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
-               ) -> Iterator[tuple[list[dict], bool]]:
+def list_pages(
+    s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
+) -> Iterator[tuple[list[dict], bool]]:
     """The shard's listing (or its range's), a page at a time, after `start_after`; a listing error propagates.
 
     The next page is fetched while the caller checks the current one (one page ahead, no more),
@@ -386,8 +440,11 @@ def check_page(
             result.unknown.append(item["Key"])
         else:
             refs[item["Key"]] = ref
-    existing = {r[0] for r in conn.execute(queries.load(source.existing_query),
-                                           {"refs": sorted(set(refs.values()))})} if refs else set()
+    existing = (
+        {r[0] for r in conn.execute(queries.load(source.existing_query), {"refs": sorted(set(refs.values()))})}
+        if refs
+        else set()
+    )
     for item in contents:
         ref = refs.get(item["Key"])
         if ref is None:
@@ -409,10 +466,15 @@ def check_page(
 
     ref_prefix = source.ref_prefix(shard.prefix)
     hi = id_floor(shard.id_bound(source, last))
-    rows = conn.execute(queries.load(source.rows_query), {
-        "shard_lo": ref_prefix, "shard_hi": ref_prefix[:-1] + chr(ord(ref_prefix[-1]) + 1) if ref_prefix else HIGHEST,
-        "lo": id_floor(shard.id_bound(source, first)), "hi": None if hi is None else hi + HIGHEST,
-    }).fetchall()
+    rows = conn.execute(
+        queries.load(source.rows_query),
+        {
+            "shard_lo": ref_prefix,
+            "shard_hi": ref_prefix[:-1] + chr(ord(ref_prefix[-1]) + 1) if ref_prefix else HIGHEST,
+            "lo": id_floor(shard.id_bound(source, first)),
+            "hi": None if hi is None else hi + HIGHEST,
+        },
+    ).fetchall()
     listed = {item["Key"] for item in contents}
     for ref, known in rows:
         for key in source.required_keys(ref, known):
@@ -421,8 +483,9 @@ def check_page(
     return result
 
 
-def check_collection_page(conn: psycopg.Connection, bound: BoundCollection, contents: list[dict], cutoff: datetime,
-                          result: PageResult) -> PageResult:
+def check_collection_page(
+    conn: psycopg.Connection, bound: BoundCollection, contents: list[dict], cutoff: datetime, result: PageResult
+) -> PageResult:
     """A collection's page: keys that fit a template and have no row are orphans (once old enough); keys that
     fit no template are reported. One query per page asks the table (`blobgc.core.collections.accounted_keys`)."""
     accounted, unparsed = accounted_keys(conn, bound, (o["Key"] for o in contents))
@@ -449,9 +512,11 @@ def count_young(result: PageResult, modified: datetime) -> None:
 def check_age_floor(run: RunRef, cutoff: datetime) -> None:
     """Refuse a cut-off less than MIN_AGE_FLOOR_HOURS before the run's reference time (a min_age_hours below 1)."""
     if run.reference_time is not None and run.reference_time - cutoff < timedelta(hours=MIN_AGE_FLOOR_HOURS):
-        raise ConfigurationError(f"min_age_hours must be at least {MIN_AGE_FLOOR_HOURS}: a younger object may be an upload "
-                         f"whose row is not written yet (got a cut-off of {cutoff.isoformat()}, less than "
-                         f"{MIN_AGE_FLOOR_HOURS} h before the run's reference time {run.reference_time.isoformat()})")
+        raise ConfigurationError(
+            f"min_age_hours must be at least {MIN_AGE_FLOOR_HOURS}: a younger object may be an upload "
+            f"whose row is not written yet (got a cut-off of {cutoff.isoformat()}, less than "
+            f"{MIN_AGE_FLOOR_HOURS} h before the run's reference time {run.reference_time.isoformat()})"
+        )
 
 
 def reconcile_shard(
@@ -481,12 +546,13 @@ def reconcile_shard(
         source_name = shard.source
     check_age_floor(run, cutoff)
     scope = shard.collection or (APP_BLOB.name if shard.source == APP_BLOB.source else bucket)
-    age_floor = (run.reference_time or datetime.now(timezone.utc)) - cutoff  # an object this old is judged
+    age_floor = (run.reference_time or datetime.now(UTC)) - cutoff  # an object this old is judged
     # never judge an object written after this listing started, whatever the floor (S3 lists
     # LastModified to the second, hence the margin)
-    cutoff = min(cutoff, datetime.now(timezone.utc) - LISTING_MARGIN)
-    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": shard.checkpoint}
-                       ).fetchone()
+    cutoff = min(cutoff, datetime.now(UTC) - LISTING_MARGIN)
+    row = conn.execute(
+        queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": shard.checkpoint}
+    ).fetchone()
     result = ShardResult(shard.name)
     if row and row[3]:
         log.info("shard %s was already reconciled by this run", shard.name)
@@ -500,32 +566,72 @@ def reconcile_shard(
         with conn.transaction():
             if page.orphans:  # planned; owed after the gate (`blobgc.core.plans.owe_planned_objects`)
                 orphan_keys, orphan_sizes = [k for k, _ in page.orphans], [s for _, s in page.orphans]
-                add_plan_item(conn, run, part=shard.checkpoint, collection=shard.collection, source=source_name,
-                              bucket=bucket, keys=orphan_keys, sizes=orphan_sizes, modified_before=cutoff)
+                add_plan_item(
+                    conn,
+                    run,
+                    part=shard.checkpoint,
+                    collection=shard.collection,
+                    source=source_name,
+                    bucket=bucket,
+                    keys=orphan_keys,
+                    sizes=orphan_sizes,
+                    modified_before=cutoff,
+                )
                 if run.dry_run:
-                    record_deletions(conn, run, source=source_name, bucket=bucket, keys=orphan_keys,
-                                     sizes=orphan_sizes)
+                    record_deletions(conn, run, source=source_name, bucket=bucket, keys=orphan_keys, sizes=orphan_sizes)
             if page.unknown:
-                conn.execute(queries.load("reconcile/insert_findings"), {
-                    "run_id": run.run_id, "kind": "unknown_key", "bucket": bucket, "keys": page.unknown,
-                    "source": source_name if shard.collection else None})
+                conn.execute(
+                    queries.load("reconcile/insert_findings"),
+                    {
+                        "run_id": run.run_id,
+                        "kind": "unknown_key",
+                        "bucket": bucket,
+                        "keys": page.unknown,
+                        "source": source_name if shard.collection else None,
+                    },
+                )
             if page.missing:
-                conn.execute(queries.load("reconcile/insert_findings"), {
-                    "run_id": run.run_id, "kind": "missing_object", "bucket": bucket, "keys": page.missing,
-                    "source": source_name})
+                conn.execute(
+                    queries.load("reconcile/insert_findings"),
+                    {
+                        "run_id": run.run_id,
+                        "kind": "missing_object",
+                        "bucket": bucket,
+                        "keys": page.missing,
+                        "source": source_name,
+                    },
+                )
             orphan_bytes = sum(s for _, s in page.orphans)
             if run.dry_run:
-                add_counts(conn, run, objects=len(page.orphans), bytes_=orphan_bytes, part=shard.checkpoint,
-                           collection=shard.collection)
-            conn.execute(queries.load("reconcile/upsert_checkpoint"), {
-                "run_id": run.run_id, "shard": shard.checkpoint,
-                "start_after": contents[-1]["Key"] if contents else start_after,
-                "pending_ref": None, "pending_keys": [], "keys": page.keys,
-                "orphans": len(page.orphans), "orphan_bytes": orphan_bytes, "young": page.young,
-                "unknown": len(page.unknown), "missing": len(page.missing), "done": last_page,
-                "scope": scope, "considered": page.keys, "accounted": page.accounted,
-                "first_eligible_at": page.first_young + age_floor if page.first_young else None,
-            })
+                add_counts(
+                    conn,
+                    run,
+                    objects=len(page.orphans),
+                    bytes_=orphan_bytes,
+                    part=shard.checkpoint,
+                    collection=shard.collection,
+                )
+            conn.execute(
+                queries.load("reconcile/upsert_checkpoint"),
+                {
+                    "run_id": run.run_id,
+                    "shard": shard.checkpoint,
+                    "start_after": contents[-1]["Key"] if contents else start_after,
+                    "pending_ref": None,
+                    "pending_keys": [],
+                    "keys": page.keys,
+                    "orphans": len(page.orphans),
+                    "orphan_bytes": orphan_bytes,
+                    "young": page.young,
+                    "unknown": len(page.unknown),
+                    "missing": len(page.missing),
+                    "done": last_page,
+                    "scope": scope,
+                    "considered": page.keys,
+                    "accounted": page.accounted,
+                    "first_eligible_at": page.first_young + age_floor if page.first_young else None,
+                },
+            )
         if contents:
             start_after = contents[-1]["Key"]
         result.pages += 1
@@ -536,15 +642,26 @@ def reconcile_shard(
         result.unknown_keys += len(page.unknown)
         result.missing_objects += len(page.missing)
         result.accounted += page.accounted
-    log.info("shard %s: %d keys in %d pages, %d accounted for by rows; %d orphans (%d bytes) %s, %d too young to "
-             "judge, %d of unknown layout, %d rows missing their object", shard.name, result.keys_checked,
-             result.pages, result.accounted, result.orphans, result.orphan_bytes,
-             "would go" if run.dry_run else "planned", result.too_young, result.unknown_keys, result.missing_objects)
+    log.info(
+        "shard %s: %d keys in %d pages, %d accounted for by rows; %d orphans (%d bytes) %s, %d too young to "
+        "judge, %d of unknown layout, %d rows missing their object",
+        shard.name,
+        result.keys_checked,
+        result.pages,
+        result.accounted,
+        result.orphans,
+        result.orphan_bytes,
+        "would go" if run.dry_run else "planned",
+        result.too_young,
+        result.unknown_keys,
+        result.missing_objects,
+    )
     return result
 
 
-def pages_naming_bucket(s3, bucket: str, shard: Shard, start_after: str, page_size: int, origin: str
-                        ) -> Iterator[tuple[list[dict], bool]]:
+def pages_naming_bucket(
+    s3, bucket: str, shard: Shard, start_after: str, page_size: int, origin: str
+) -> Iterator[tuple[list[dict], bool]]:
     """`list_pages`, a missing bucket (or one that refuses the listing) raised as a refusal naming it and `origin`."""
     with naming_bucket(bucket, origin):
         yield from list_pages(s3, bucket, shard, start_after, page_size)
@@ -557,24 +674,46 @@ def not_planned(conn: psycopg.Connection, run: RunRef) -> dict[str, dict]:
     becomes eligible), those of no known layout (reported, never deleted), and the orphans planned."""
     found: dict[str, dict] = {}
     for scope, from_inventory, considered, accounted, too_young, first, planned, unknown in conn.execute(
-            queries.load("reconcile/summarize_not_planned"), {"run_id": run.run_id}):
-        first = first.astimezone(timezone.utc) if first else None
-        found[scope] = {"considered": int(considered), "accounted": int(accounted), "too_young": int(too_young),
-                        "first_eligible_at": first.isoformat() if first else None, "planned": int(planned),
-                        "unknown": int(unknown)}
+        queries.load("reconcile/summarize_not_planned"), {"run_id": run.run_id}
+    ):
+        first = first.astimezone(UTC) if first else None
+        found[scope] = {
+            "considered": int(considered),
+            "accounted": int(accounted),
+            "too_young": int(too_young),
+            "first_eligible_at": first.isoformat() if first else None,
+            "planned": int(planned),
+            "unknown": int(unknown),
+        }
         eligible = f" (the first becomes eligible {first:%Y-%m-%d %H:%M} UTC)" if first else ""
-        log.info("%s: %d objects %s, %d accounted for by rows, %d younger than the floor%s, %d of no known layout "
-                 "(reported, never deleted), %d orphans %s", scope, considered,
-                 "read from the inventory" if from_inventory else "listed", accounted, too_young, eligible, unknown,
-                 planned, "planned (dry run: nothing is deleted)" if run.dry_run else "planned")
+        log.info(
+            "%s: %d objects %s, %d accounted for by rows, %d younger than the floor%s, %d of no known layout "
+            "(reported, never deleted), %d orphans %s",
+            scope,
+            considered,
+            "read from the inventory" if from_inventory else "listed",
+            accounted,
+            too_young,
+            eligible,
+            unknown,
+            planned,
+            "planned (dry run: nothing is deleted)" if run.dry_run else "planned",
+        )
     return found
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict[str, int]:
     """The run's shards, pages, keys checked, orphans and findings, from its checkpoints."""
     row = conn.execute(queries.load("reconcile/summarize_run"), {"run_id": run.run_id}).fetchone()
-    names = ("shards", "shards_done", "pages", "keys_checked", "orphans", "orphan_bytes", "too_young",
-             "unknown_keys", "missing_objects")
+    names = (
+        "shards",
+        "shards_done",
+        "pages",
+        "keys_checked",
+        "orphans",
+        "orphan_bytes",
+        "too_young",
+        "unknown_keys",
+        "missing_objects",
+    )
     return {name: int(value) for name, value in zip(names, row, strict=True)}
-
-
