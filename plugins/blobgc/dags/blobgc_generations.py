@@ -37,7 +37,6 @@ exactly its plan** (`blobgc.core.plans`):
 one and re-run it. The receipt page `/blobgc/runs/blobgc_generations/<run id>` shows the plan and
 what became of it.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
@@ -65,16 +64,9 @@ def planning() -> Planned:
     @gc_step(map_index_template="generation {{ task.op_kwargs['generation'] }}")
     def collect(step: Step, generation: int, opened: dict) -> GenerationPlan:
         return generations.plan_generation(
-            step.conn,
-            step.run,
-            generation=generation,
-            collectable=OpenedGeneration.from_xcom(opened).collectable,
-            bucket=blob_bucket(),
-            false_positive_rate=step.params["false_positive_rate"],
-            batch_size=step.params["batch_size"],
-            workers=COLLECT_WORKERS,
-            connect=step.connect,
-        )
+            step.conn, step.run, generation=generation, collectable=OpenedGeneration.from_xcom(opened).collectable,
+            bucket=blob_bucket(), false_positive_rate=step.params["false_positive_rate"],
+            batch_size=step.params["batch_size"], workers=COLLECT_WORKERS, connect=step.connect)
 
     opened = open_generation()
     planned = collect.partial(opened=opened).expand(generation=plan_collection(opened))
@@ -88,30 +80,16 @@ def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
 dag = destructive_dag(
     "blobgc_generations",
     # none_failed: the drain runs when nothing was planned or executed too (no mapped task): earlier runs' debts
-    kind=Kind(
-        planning,
-        {"generation": OpenedGeneration, "planned": GenerationPlan},
-        drain_trigger_rule="none_failed",
-        summaries={"collected": generations.summarize},
-        execution=Execution(
-            delete_planned_blobs,
-            "executed",
-            GenerationExecution,
-            map_index_template="{{ task.op_kwargs['part']['part'] }}",
-        ),
-    ),
+    kind=Kind(planning, {"generation": OpenedGeneration, "planned": GenerationPlan}, drain_trigger_rule="none_failed",
+              summaries={"collected": generations.summarize},
+              execution=Execution(delete_planned_blobs, "executed", GenerationExecution,
+                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
     schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
     params=deleting_params(
-        false_positive_rate=Param(
-            0.01,
-            type="number",
-            exclusiveMinimum=0,
-            maximum=0.5,
-            description="The bloom filter's false-positive rate: the share of unreferenced "
-            "blobs a run keeps for a later run. Smaller costs more memory.",
-        ),
-        **plan_params(),
-    ),
+        false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,
+                                  description="The bloom filter's false-positive rate: the share of unreferenced "
+                                              "blobs a run keeps for a later run. Smaller costs more memory."),
+        **plan_params()),
     tags=["blobgc", "seed-003", "generations", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,

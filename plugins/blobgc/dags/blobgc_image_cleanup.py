@@ -32,7 +32,6 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 `dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. The
 receipt page `/blobgc/runs/blobgc_image_cleanup/<run id>` shows the plan and what became of it.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable
@@ -54,14 +53,8 @@ def planning() -> Planned:
     def plan_unbound_images(step: Step) -> CleanupResult:
         if not fix_run_plan(step):
             return CleanupResult()
-        return images.plan_unbound_images(
-            step.conn,
-            step.run,
-            cutoff=grace_cutoff(step),
-            bucket=blob_bucket(),
-            size_names=image_sizes(),
-            batch_size=step.params["batch_size"],
-        )
+        return images.plan_unbound_images(step.conn, step.run, cutoff=grace_cutoff(step), bucket=blob_bucket(),
+                                          size_names=image_sizes(), batch_size=step.params["batch_size"])
 
     planned = plan_unbound_images()
     return Planned(planned, {"planned": planned})
@@ -73,16 +66,11 @@ def delete_unbound_images(step: Step) -> CleanupExecution:
 
 dag = destructive_dag(
     "blobgc_image_cleanup",
-    kind=Kind(
-        planning,
-        {"planned": CleanupResult},
-        mapped=False,
-        execution=Execution(delete_unbound_images, "images", CleanupExecution),
-    ),
+    kind=Kind(planning, {"planned": CleanupResult}, mapped=False,
+              execution=Execution(delete_unbound_images, "images", CleanupExecution)),
     schedule=CronTriggerTimetable("30 4 * * *", timezone="UTC"),
-    params=destructive_params(
-        "grace_days", 14, "Unbound photos touched within this many days are kept.", **plan_params()
-    ),
+    params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept.",
+                              **plan_params()),
     tags=["blobgc", "seed-001", "images", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,

@@ -21,7 +21,6 @@ of the collections file (docs/reference.md §6; Param `collections` picks some):
 
 Every task is idempotent: clear and re-run any of them.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import Asset, dag
@@ -37,12 +36,8 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
     dag_id="blobgc_mark",
     schedule="@daily",
     **dag_defaults(),
-    params=destructive_params(
-        "page_grace_days",
-        30,
-        "Page usages not confirmed for this many days are removed.",
-        collections=collections_param(),
-    ),
+    params=destructive_params("page_grace_days", 30, "Page usages not confirmed for this many days are removed.",
+                              collections=collections_param()),
     tags=["blobgc", "seed-000", "mark"],
     doc_md=__doc__,
 )
@@ -53,35 +48,22 @@ def blobgc_mark():
 
     @gc_step()
     def remove_stale_page_usages(step: Step, collections: list[str]) -> PageUsagesRemoved:
-        return PageUsagesRemoved(
-            mark.remove_stale_page_usages(
-                step.conn,
-                step.run,
-                cutoff=step.cutoff(days=step.params["page_grace_days"]),
-                batch_size=step.params["batch_size"],
-            )
-            if APP_BLOB.name in collections
-            else 0
-        )
+        return PageUsagesRemoved(mark.remove_stale_page_usages(
+            step.conn, step.run, cutoff=step.cutoff(days=step.params["page_grace_days"]),
+            batch_size=step.params["batch_size"]) if APP_BLOB.name in collections else 0)
 
     @gc_step(map_index_template="{{ task.op_kwargs['collection'] }}")
     def mark_blobs(step: Step, collection: str) -> MarkResult:
         bound = one_collection(step.conn, collection)
-        return mark.mark_any(
-            step.conn, bound, references(step.conn, bound), dry_run=step.run.dry_run, workers=2, connect=step.connect
-        )
+        return mark.mark_any(step.conn, bound, references(step.conn, bound), dry_run=step.run.dry_run, workers=2,
+                             connect=step.connect)
 
     checked = check_references()
     removed = remove_stale_page_usages(checked)
     marks = mark_blobs.expand(collection=checked)
     removed >> marks
-    report_run(
-        "publish_marks",
-        outlets=[Asset("blobgc_marked_blobs")],
-        skip_dry_run=True,
-        page_usages=PageUsagesRemoved,
-        marks=MarkResult,
-    )(page_usages=removed, marks=marks)
+    report_run("publish_marks", outlets=[Asset("blobgc_marked_blobs")], skip_dry_run=True,
+               page_usages=PageUsagesRemoved, marks=MarkResult)(page_usages=removed, marks=marks)
 
 
 dag = blobgc_mark()

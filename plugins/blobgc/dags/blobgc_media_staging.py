@@ -26,7 +26,6 @@ With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG
 `plan_max_age_hours`, executed by no other run) instead of listing, and the run deletes exactly it.
 `dry_run` makes the plan and deletes nothing.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
@@ -49,19 +48,12 @@ def planning() -> Planned:
         check_media_buckets(step.s3, settings)  # a missing bucket fails here, named, without retries
         return [s.to_xcom() for s in media_cleanup.staging_shards(step.s3, settings)]
 
-    @gc_step(
-        pool=S3_POOL,
-        map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/{{ task.op_kwargs['shard']['prefix'] }}",
-    )
+    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
+                                              "{{ task.op_kwargs['shard']['prefix'] }}")
     def plan_stale_staging(step: Step, shard: dict) -> StagingResult:
-        return media_cleanup.plan_stale_staging(
-            step.conn,
-            step.s3,
-            step.run,
-            MediaShard.from_xcom(shard),
-            cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
-            batch_size=step.params["batch_size"],
-        )
+        return media_cleanup.plan_stale_staging(step.conn, step.s3, step.run, MediaShard.from_xcom(shard),
+                                                cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
+                                                batch_size=step.params["batch_size"])
 
     stale = plan_stale_staging.expand(shard=plan_shards())
     return Planned(stale, {"staging": stale})
@@ -72,15 +64,10 @@ dag = destructive_dag(
     kind=Kind(planning, {"staging": StagingResult}),  # the plan is objects alone: owed to the drain
     schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
     params=deleting_params(
-        max_age_minutes=Param(
-            60,
-            type="integer",
-            minimum=7,
-            description="Staging objects older than this are abandoned uploads. Must exceed "
-            "the presigned POST's 5 minutes.",
-        ),
-        **plan_params(),
-    ),
+        max_age_minutes=Param(60, type="integer", minimum=7,
+                              description="Staging objects older than this are abandoned uploads. Must exceed "
+                                          "the presigned POST's 5 minutes."),
+        **plan_params()),
     tags=["blobgc", "seed-004", "media", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,

@@ -39,7 +39,6 @@ cleared whole after its gate (a backfill reprocessing a failed run) keeps the pl
 executes what is left of it, planning nothing again. The receipt page
 `/blobgc/runs/blobgc_paste_expiry/<run id>` shows the plan and what became of it.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
@@ -56,33 +55,22 @@ def planning() -> Planned:
     @gc_step()
     def check_ref_counts(step: Step) -> DriftReport:
         plans = fix_run_plan(step)
-        return pastes.check_ref_counts(
-            step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"], plan_orphans=plans
-        )
+        return pastes.check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"],
+                                plan_orphans=plans)
 
     @gc_step()
     def expiry_ranges(step: Step) -> list[list[str | None]]:
         # a retry may cut other ranges: take back the old ones (none once the gate judged the plan: it is kept)
         if not pastes.plans_itself(step.conn, step.run) or not pastes.restart_expiry_plan(step.conn, step.run):
             return []
-        return [
-            list(r)
-            for r in pastes.split_expiry_contents(step.conn, step.run.reference_time, step.params["expiry_workers"])
-        ]
+        return [list(r) for r in pastes.split_expiry_contents(step.conn, step.run.reference_time,
+                                                              step.params["expiry_workers"])]
 
-    @gc_step(
-        map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
-        "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}"
-    )
+    @gc_step(map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
+                                "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}")
     def plan_expiry(step: Step, hashes: list[str | None]) -> PlannedExpiry:
-        return pastes.plan_expiry(
-            step.conn,
-            step.run,
-            expired_before=step.run.reference_time,
-            bucket=blob_bucket(),
-            batch_size=step.params["batch_size"],
-            content_range=(hashes[0], hashes[1]),
-        )
+        return pastes.plan_expiry(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
+                           batch_size=step.params["batch_size"], content_range=(hashes[0], hashes[1]))
 
     drift = check_ref_counts()
     ranges = expiry_ranges()
@@ -98,34 +86,18 @@ def expire_pastes(step: Step, part: dict) -> ExpiryExecution:
 dag = destructive_dag(
     "blobgc_paste_expiry",
     # none_failed: the drains run even when this run's plan is empty (no expire_pastes task): earlier runs' debts
-    kind=Kind(
-        planning,
-        {"ref_counts": DriftReport, "planned": PlannedExpiry},
-        cache_keys=True,
-        drain_trigger_rule="none_failed",
-        execution=Execution(
-            expire_pastes,
-            "expired",
-            ExpiryExecution,
-            map_index_template=(
-                "{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
-                "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
-                "{% else %}{{ p }}{% endif %}"
-            ),
-        ),
-    ),
+    kind=Kind(planning, {"ref_counts": DriftReport, "planned": PlannedExpiry}, cache_keys=True,
+              drain_trigger_rule="none_failed",
+              execution=Execution(expire_pastes, "expired", ExpiryExecution, map_index_template=(
+                  "{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
+                  "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
+                  "{% else %}{{ p }}{% endif %}"))),
     schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
     params=deleting_params(
-        expiry_workers=Param(
-            2,
-            type="integer",
-            minimum=1,
-            maximum=16,
-            description="Parallel plan_expiry tasks, each over its own range of content_hash (and so "
-            "parts of the plan, each executed by its own expire_pastes task).",
-        ),
-        **plan_params(),
-    ),
+        expiry_workers=Param(2, type="integer", minimum=1, maximum=16,
+                             description="Parallel plan_expiry tasks, each over its own range of content_hash (and so "
+                                         "parts of the plan, each executed by its own expire_pastes task)."),
+        **plan_params()),
     tags=["blobgc", "seed-002", "pastes", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,

@@ -44,7 +44,6 @@ With Param `from_plan` (a dry run's id), steps 1 and 2 check that plan (same DAG
 `plan_max_age_hours`, executed by no other run) instead of listing, and the run deletes exactly it.
 Seed 004's buckets are left to their own DAGs. `dry_run` makes the plan and deletes nothing.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
@@ -65,62 +64,30 @@ def planning() -> Planned:
         collections = checked_collections(step.conn, step.params, index_warnings=True)
         if not fix_run_plan(step):
             return []
-        return [
-            shard.to_xcom()
-            for shard in run_shards(
-                step.conn,
-                step.s3,
-                s3_for_collections(step.s3),
-                blob_bucket(),
-                collections,
-                step.params,
-                reference_time=step.run.reference_time,
-                destinations=inventory_destinations(),
-                bucket_variable=blob_bucket_origin(),
-            )
-        ]
+        return [shard.to_xcom() for shard in run_shards(step.conn, step.s3, s3_for_collections(step.s3), blob_bucket(),
+                collections, step.params, reference_time=step.run.reference_time,
+                destinations=inventory_destinations(), bucket_variable=blob_bucket_origin())]
 
-    @gc_step(
-        pool=S3_POOL,
-        map_index_template="{% set s = task.op_kwargs['shard'] %}"
-        "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
-        "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
-        "{{ s['prefix'] or '(top level)' }}"
-        "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
-        "{{ s['hi'] or '…' }}){% endif %}{% endif %}",
-    )
+    @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
+                                               "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
+                                               "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
+                                               "{{ s['prefix'] or '(top level)' }}"
+                                               "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
+                                               "{{ s['hi'] or '…' }}){% endif %}{% endif %}")
     def reconcile_shard(step: Step, shard: dict) -> ShardResult:
         part = Shard.from_xcom(shard)
         cutoff = step.cutoff(hours=step.params["min_age_hours"])
         if part.inventory:
-            scope = inventory.scope_of(
-                step.conn,
-                blob_bucket(),
-                checked_collections(step.conn, step.params),
-                part.bucket,
-                seeds=not step.params["collections"],
-                prefixes=step.params["prefixes"],
-            )
+            scope = inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
+                                       part.bucket, seeds=not step.params["collections"],
+                                       prefixes=step.params["prefixes"])
             return inventory.reconcile_from_inventory(
-                step.conn,
-                s3_for_collections(step.s3),
-                step.s3,
-                step.run,
-                scope,
-                part.inventory,
-                cutoff=cutoff,
-                max_age_hours=step.params["max_inventory_age_hours"],
-            )
+                step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,
+                max_age_hours=step.params["max_inventory_age_hours"])
         return reconcile.reconcile_shard(
-            step.conn,
-            s3_for_collections(step.s3),
-            step.run,
-            part,
-            bucket=blob_bucket(),
-            cutoff=cutoff,
+            step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
             collection=one_collection(step.conn, part.collection) if part.collection else None,
-            bucket_origin=blob_bucket_origin(),
-        )
+            bucket_origin=blob_bucket_origin())
 
     shards = reconcile_shard.expand(shard=plan_shards())
     return Planned(shards, {"shards": shards})
@@ -128,43 +95,23 @@ def planning() -> Planned:
 
 dag = destructive_dag(
     "blobgc_reconcile",
-    kind=Kind(
-        planning,
-        {"shards": ShardResult},  # the plan is objects alone: owed to the drain, which deletes them
-        summaries={"reconcile": reconcile.summarize, "not_planned": reconcile.not_planned},
-    ),
+    kind=Kind(planning, {"shards": ShardResult},  # the plan is objects alone: owed to the drain, which deletes them
+              summaries={"reconcile": reconcile.summarize, "not_planned": reconcile.not_planned}),
     schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
     params=destructive_params(
-        "min_age_hours",
-        24,
-        "Objects younger than this are never judged orphans (at least 1: an upload in flight must never be one).",
-        grace_minimum=MIN_AGE_FLOOR_HOURS,
-        collections=collections_param(),
-        prefixes=Param(
-            None,
-            type=["null", "array"],
-            items={"type": "string"},
-            description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].',
-        ),
-        source=Param(
-            "list",
-            enum=["list", "inventory"],
-            description="list: walk the buckets with ListObjectsV2. inventory: read each bucket's newest S3 "
-            "Inventory report (Variable blobgc_inventory) instead; no fallback to listing.",
-        ),
-        max_inventory_age_hours=Param(
-            48, type="number", minimum=1, description="source=inventory: a report older than this fails the run."
-        ),
-        listing_ranges=Param(
-            1,
-            type="integer",
-            minimum=1,
-            maximum=64,
-            description="source=list: cut each shard into up to this many key ranges, listed by "
-            "separate mapped tasks side by side.",
-        ),
-        **plan_params(),
-    ),
+        "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
+        "must never be one).", grace_minimum=MIN_AGE_FLOOR_HOURS, collections=collections_param(),
+        prefixes=Param(None, type=["null", "array"], items={"type": "string"},
+                       description='Limit the run to shards under these prefixes, e.g. ["images/", "pastes/"].'),
+        source=Param("list", enum=["list", "inventory"],
+                     description="list: walk the buckets with ListObjectsV2. inventory: read each bucket's newest S3 "
+                                 "Inventory report (Variable blobgc_inventory) instead; no fallback to listing."),
+        max_inventory_age_hours=Param(48, type="number", minimum=1,
+                                      description="source=inventory: a report older than this fails the run."),
+        listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
+                             description="source=list: cut each shard into up to this many key ranges, listed by "
+                                         "separate mapped tasks side by side."),
+        **plan_params()),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,

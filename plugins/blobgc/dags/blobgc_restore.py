@@ -16,7 +16,6 @@ id). Versioned buckets only: it removes the delete markers the run's deletions l
    limits the restore. **report** sums it up; every item is in `blobgc.restore_item`. Each step can
    be re-run alone (what is done is recorded and skipped); `dry_run` changes nothing.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import Param, dag, task
@@ -33,9 +32,8 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
     **dag_defaults(),
     params={
         "run_id": Param(type="string", minLength=1, description="The run id of the blobgc run to undo."),
-        "source_dag_id": Param(
-            None, type=["null", "string"], description="The DAG of that run, if 2 DAGs have that id."
-        ),
+        "source_dag_id": Param(None, type=["null", "string"],
+                               description="The DAG of that run, if 2 DAGs have that id."),
         "dry_run": Param(False, type="boolean", description="Report what would be restored and change nothing."),
         "collections": collections_param(),
     },
@@ -45,14 +43,10 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
 def blobgc_restore():
     @gc_step()  # not pooled: the DAG's first task checks the pools (a pooled one would wait in a missing pool)
     def plan_restore(step: Step) -> RestorePlan:  # a refusal fails at once: no retry can change the answer
-        sources = (
-            [b.collection.source for b in checked_collections(step.conn, step.params)]
-            if step.params["collections"]
-            else None
-        )
-        return restore.plan_restore(
-            step.conn, s3_for_collections(step.s3), step.params["run_id"], step.params["source_dag_id"], sources
-        )
+        sources = [b.collection.source for b in checked_collections(step.conn, step.params)] \
+            if step.params["collections"] else None
+        return restore.plan_restore(step.conn, s3_for_collections(step.s3), step.params["run_id"],
+                                    step.params["source_dag_id"], sources)
 
     @gc_step()
     def cancel_owed_deletions(step: Step, plan: dict) -> RestoreResult:
@@ -72,26 +66,16 @@ def blobgc_restore():
 
     @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['collection'] }}")
     def restore_collection_rows(step: Step, plan: dict, collection: str) -> RestoreResult:
-        return restore.restore_collection_rows(
-            step.conn,
-            s3_for_collections(step.s3),
-            step.run,
-            RestorePlan.from_xcom(plan),
-            one_collection(step.conn, collection),
-        )
+        return restore.restore_collection_rows(step.conn, s3_for_collections(step.s3), step.run,
+                                               RestorePlan.from_xcom(plan), one_collection(step.conn, collection))
 
     planned = plan_restore()
     owed, objects, rows = cancel_owed_deletions(planned), restore_objects(planned), restore_rows(planned)
     collection_rows = restore_collection_rows.partial(plan=planned).expand(collection=collections_with_rows(planned))
     owed >> objects >> [rows, collection_rows]
-    report_run(
-        summaries={"recorded": restore.summarize_restore},
-        source=RestorePlan,
-        owed=RestoreResult,
-        objects=RestoreResult,
-        rows=RestoreResult,
-        collection_rows=RestoreResult,
-    )(source=planned, owed=owed, objects=objects, rows=rows, collection_rows=collection_rows)
+    report_run(summaries={"recorded": restore.summarize_restore}, source=RestorePlan, owed=RestoreResult,
+               objects=RestoreResult, rows=RestoreResult, collection_rows=RestoreResult)(
+        source=planned, owed=owed, objects=objects, rows=rows, collection_rows=collection_rows)
 
 
 dag = blobgc_restore()

@@ -43,7 +43,6 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 task is idempotent: clear any one and re-run it. The receipt page `/blobgc/runs/blobgc_sweep/<run id>`
 shows the plan and what became of it.
 """
-
 from __future__ import annotations
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param
@@ -76,27 +75,17 @@ def planning() -> Planned:
         check_collection_buckets(step.s3, collections)  # a missing bucket fails here, named with its collection
         if not fix_run_plan(step):
             return []
-        return [
-            {"collection": bound.name, "lo": lo, "hi": hi}
-            for bound in collections
-            for lo, hi in split_key_space(step.conn, step.params["sweep_workers"], bound.id_column)
-        ]
+        return [{"collection": bound.name, "lo": lo, "hi": hi}
+                for bound in collections
+                for lo, hi in split_key_space(step.conn, step.params["sweep_workers"], bound.id_column)]
 
-    @gc_step(
-        map_index_template="{% set s = task.op_kwargs['shard'] %}{{ s['collection'] }} ids "
-        "{{ s['lo'] or 'start' }} .. {{ s['hi'] or 'end' }}"
-    )
+    @gc_step(map_index_template="{% set s = task.op_kwargs['shard'] %}{{ s['collection'] }} ids "
+                                "{{ s['lo'] or 'start' }} .. {{ s['hi'] or 'end' }}")
     def plan_deletions(step: Step, shard: dict) -> SweepResult:
         bound = one_collection(step.conn, shard["collection"])
-        return plan_collection(
-            step.conn,
-            step.run,
-            bound,
-            references(step.conn, bound),
-            cutoff=step.cutoff(hours=grace_of(step, bound)),
-            batch_size=step.params["batch_size"],
-            key_range=(shard["lo"], shard["hi"]),
-        )
+        return plan_collection(step.conn, step.run, bound, references(step.conn, bound),
+                               cutoff=step.cutoff(hours=grace_of(step, bound)), batch_size=step.params["batch_size"],
+                               key_range=(shard["lo"], shard["hi"]))
 
     planned = plan_deletions.expand(shard=plan_shards())
     return Planned(planned, {"planned": planned, "not_planned": planned})
@@ -104,45 +93,25 @@ def planning() -> Planned:
 
 def delete_unused_blobs(step: Step, part: dict) -> PlanExecution:
     bound = one_collection(step.conn, part["collection"])
-    return execute_plan_part(
-        step.conn,
-        step.run,
-        bound,
-        references(step.conn, bound),
-        cutoff=step.cutoff(hours=grace_of(step, bound)),
-        part=part["part"],
-    )
+    return execute_plan_part(step.conn, step.run, bound, references(step.conn, bound),
+                             cutoff=step.cutoff(hours=grace_of(step, bound)), part=part["part"])
 
 
 dag = destructive_dag(
     "blobgc_sweep",
-    kind=Kind(
-        planning,
-        {"planned": SweepResult, "not_planned": NotPlannedReport},
-        catch_up_drain=True,
-        execution=Execution(
-            delete_unused_blobs, "swept", PlanExecution, map_index_template="{{ task.op_kwargs['part']['part'] }}"
-        ),
-    ),
-    schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=[Asset("blobgc_marked_blobs")]
-    ),
+    kind=Kind(planning, {"planned": SweepResult, "not_planned": NotPlannedReport}, catch_up_drain=True,
+              execution=Execution(delete_unused_blobs, "swept", PlanExecution,
+                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
+                                 assets=[Asset("blobgc_marked_blobs")]),
     params=destructive_params(
-        "grace_hours",
-        None,
-        "Empty (the default): each collection's own grace_hours (the collections file's; 24 "
+        "grace_hours", None, "Empty (the default): each collection's own grace_hours (the collections file's; 24 "
         "where it declares none). Given: rows unused for less than this many hours, or their collection's grace "
         "if longer, are kept (a run can lengthen a collection's grace, never shorten it).",
         collections=collections_param(),
-        sweep_workers=Param(
-            2,
-            type="integer",
-            minimum=1,
-            maximum=16,
-            description="Parallel plan_deletions tasks per collection, each over an id range.",
-        ),
-        **plan_params(),
-    ),
+        sweep_workers=Param(2, type="integer", minimum=1, maximum=16,
+                            description="Parallel plan_deletions tasks per collection, each over an id range."),
+        **plan_params()),
     tags=["blobgc", "seed-000", "sweep", "destructive"],
     doc_md=__doc__,
     receipt_path=receipt_path,
