@@ -10,11 +10,12 @@ PYTEST_ARGS ?=
 # hold a worker each from the start (tests/conftest.py: SHARED); the fourth takes the rest (docs/benchmarks.md)
 TEST_WORKERS ?= 4
 
-.PHONY: help venv up down status migrate demo test test-unit layers lint format coverage bench compose-check clean browser tls-postgres lock
+.PHONY: help venv up down status migrate demo test test-unit layers lint typecheck format coverage bench compose-check clean browser tls-postgres lock
 
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
-	@echo "make test      check the layering (lint-imports) and ruff, then run the whole test suite against the real local stack"
+	@echo "make test      check the layering (lint-imports), ruff and mypy, then run the whole test suite against the real local stack"
+	@echo "make typecheck mypy on plugins/blobgc (pyproject.toml: [tool.mypy]; strict on the engine and the core)"
 	@echo "make format    format and lint-fix plugins/ with ruff (make lint checks it)"
 	@echo "make coverage  the suite under coverage.py, with a line-coverage report of plugins/"
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
@@ -58,7 +59,7 @@ status:
 
 # `make up` applies pending migrations (blobgc's, then the demo app's); this re-runs the idempotent runners alone.
 migrate: up
-	source $(ENV) && python -m blobgc.core.migrate && python -m demo_app.migrate
+	source $(ENV) && python -m blobgc.migrate && python -m demo_app.migrate
 
 demo: up
 	source $(ENV) && python -m demo_app.demo
@@ -76,7 +77,7 @@ browser:
 # meanwhile, while the stack starts; the test waits for it (scripts/install_venv.py).
 test: venv
 	mkdir -p .blobgc && { $(VENV)/bin/python scripts/install_venv.py --airflow-only > .blobgc/install-venv.log 2>&1 & }
-	$(MAKE) up browser tls-postgres layers lint
+	$(MAKE) up browser tls-postgres layers lint typecheck
 	source $(ENV) && python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
@@ -87,6 +88,10 @@ layers: venv
 lint: venv
 	$(VENV)/bin/ruff check plugins/
 	$(VENV)/bin/ruff format --check plugins/
+
+# mypy, configured in pyproject.toml: the whole package, strict on the engine and the core (cache: .blobgc/mypy-cache)
+typecheck: venv
+	$(VENV)/bin/mypy
 
 format: venv
 	$(VENV)/bin/ruff format plugins/

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
 from blobgc.core.clients import require_env  # noqa: E402
-from blobgc.core.migrate import apply_migrations  # noqa: E402
+from blobgc.core.migrations import apply_migrations  # noqa: E402
 from demo_app.migrate import apply_app_migrations  # noqa: E402
 
 BENCH_DB = "blobgc_bench"

@@ -40,7 +40,7 @@ from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 from paste_expiry import bulk_put
 
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.collectors.generations import (
+from blobgc.kinds.generations.collector import (
     SCAN_PAGE,
     ReferenceFilter,
     build_reference_filter,
@@ -48,7 +48,7 @@ from blobgc.collectors.generations import (
     eligible_generations,
     open_generation,
 )
-from blobgc.core.keys import mail_key
+from blobgc.kinds.generations.layouts import mail_key
 from blobgc.core.outbox import delete_owed_objects  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 

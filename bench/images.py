@@ -30,7 +30,7 @@ from PIL import Image
 
 from blobgc.core.clients import pg_connect  # noqa: E402
 from demo_app.image_processing import DEFAULT_SIZES, render_sizes, render_sizes_naively  # noqa: E402
-from blobgc.collectors.crawler import CrawlItem, crawl, md5_hex  # noqa: E402
+from blobgc.kinds.images.crawler import CrawlItem, crawl, md5_hex  # noqa: E402
 from demo_app.images import ImageSettings  # noqa: E402
 
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from bench_database import ROOT, fresh_database, timed, vacuum
 
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.core.collections import bound_app_blob  # noqa: E402
+from blobgc.kinds.blobs import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
-from blobgc.collectors.mark import mark_collection, mark_unused_blobs  # noqa: E402
+from blobgc.collectors.mark import mark_collection, mark_in_columns  # noqa: E402
 from blobgc.core.collections import Collection, bind  # noqa: E402
 from blobgc.core.objects import delete_objects_in_batches  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
@@ -44,6 +44,7 @@ from blobgc.core.plans import require_go  # noqa: E402
 from blobgc.core.references import discover_references  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part  # noqa: E402
+from blobgc.core.key_space import IdColumn  # noqa: E402
 
 MARK_WORKERS = 2  # blobgc_mark's default: key ranges marked on two connections at once
 
@@ -91,14 +92,14 @@ def bench_mark(dsn: str, n: int) -> dict:
     vacuum(conn, "app.blob", "app.blob_attachment", "app.page_using_blob", '"Blob"', '"BlobAttachment"',
            '"PageUsingBlob"')
     seed_loop = (ROOT / "bench" / "seed000_mark_loop.sql").read_text()
-    refs = discover_references(conn)
+    refs = discover_references(conn, "app.blob")
 
     def seed_pass() -> int:
         conn.execute(seed_loop)
         return conn.execute('SELECT count(*) FROM "Blob" WHERE "unused"').fetchone()[0]
 
     def ours(workers: int):
-        return mark_unused_blobs(conn, refs, workers=workers, connect=lambda: pg_connect(dsn))
+        return mark_in_columns(conn, bound_app_blob(""), refs, workers=workers, connect=lambda: pg_connect(dsn))
 
     out: dict = {"blobs": n, "workers": MARK_WORKERS}
     out["seed_first_s"], seed_unused = timed(seed_pass)
@@ -151,12 +152,12 @@ def bench_sweep_db(dsn: str, workers: int) -> dict:
     ensure_run(conn, run)
     fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
     bound = bound_app_blob("bench")  # never called: the keys are only owed to the outbox
-    refs = discover_references(conn)
+    refs = discover_references(conn, "app.blob")
     # unused for two days (backdated, as the demo does), swept with a 24-hour grace: cut-offs never pass now
     conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days', created_at = now() - interval '2 days' "
                  "WHERE unused")
     cutoff = datetime.now(timezone.utc) - timedelta(hours=24)
-    shards = split_key_space(conn, workers)
+    shards = split_key_space(conn, workers, IdColumn("app.blob"))
 
     def plan(k: int) -> object:
         with pg_connect(dsn) as wconn:

@@ -29,10 +29,10 @@ from paste_expiry import bulk_put
 from PIL import Image
 
 from blobgc.core.clients import redis_from_env, s3_client_from_env  # noqa: E402
-from blobgc.collectors.media_cleanup import drain_thumbnail_queue
-from blobgc.core.keys import master_key, month_of, rev_month, thumb_key
+from blobgc.kinds.media.cleanup import drain_thumbnail_queue
+from blobgc.kinds.media.layouts import master_key, month_of, rev_month, thumb_key
 from blobgc.core.settings import MediaSettings
-from blobgc.core.thumbnail_jobs import PROCESSING, QUEUE
+from blobgc.kinds.media.thumbnail_jobs import PROCESSING, QUEUE
 
 USER = "0001000000000002"
 

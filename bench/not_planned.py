@@ -26,9 +26,10 @@ from bench_database import fresh_database, timed, vacuum
 from mark_sweep import LOAD_APP, LOAD_OWNED, OWNED
 
 from blobgc.collectors import sweep  # noqa: E402
-from blobgc.collectors.mark import mark_collection, mark_unused_blobs  # noqa: E402
+from blobgc.collectors.mark import mark_collection, mark_in_columns  # noqa: E402
 from blobgc.core.clients import pg_connect  # noqa: E402
-from blobgc.core.collections import bind, bound_app_blob  # noqa: E402
+from blobgc.core.collections import bind  # noqa: E402
+from blobgc.kinds.blobs import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
 from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan  # noqa: E402
 from blobgc.core.references import discover_references  # noqa: E402
@@ -66,10 +67,10 @@ def main() -> None:
     args = parser.parse_args()
     conn = pg_connect(fresh_database())
     load(conn, args.rows)
-    app, app_refs = bound_app_blob("bench"), discover_references(conn)
+    app, app_refs = bound_app_blob("bench"), discover_references(conn, "app.blob")
     owned = bind(conn, OWNED, default_bucket="bench")
     owned_refs = discover_references(conn, OWNED.table, id_column=OWNED.id)
-    mark_unused_blobs(conn, app_refs)
+    mark_in_columns(conn, bound_app_blob(""), app_refs)
     mark_collection(conn, owned, owned_refs)
     # as if the mark had found the unused rows two days ago (backdated in SQL: time is never faked forward)
     conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days', created_at = now() - interval '2 days'")

@@ -42,9 +42,9 @@ from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 from blobgc.core.cache_purge import purge_owed_cache_keys  # noqa: E402
 from blobgc.core.clients import pg_connect, redis_from_env, require_env, s3_client_from_env  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects  # noqa: E402
-from blobgc.collectors.paste_expiry import check_ref_counts, execute_planned_pastes, plan_due_pastes  # noqa: E402
+from blobgc.kinds.pastes.expiry import check_ref_counts, execute_planned_pastes, plan_due_pastes  # noqa: E402
 from blobgc.core.gate import let_through  # noqa: E402
-from blobgc.core.keys import content_key  # noqa: E402
+from blobgc.kinds.pastes.layouts import content_key
 from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 from demo_app.pastes import create_paste  # noqa: E402

@@ -54,10 +54,10 @@ from bench_database import ROOT, fresh_database, timed, vacuum
 from mark_sweep import LOAD_APP
 from psycopg.conninfo import make_conninfo
 
-from blobgc.collectors.mark import mark_unused_blobs  # noqa: E402
+from blobgc.collectors.mark import mark_in_columns  # noqa: E402
 from blobgc.collectors.sweep import execute_plan_part, plan_collection  # noqa: E402
 from blobgc.core.clients import pg_connect, require_env  # noqa: E402
-from blobgc.core.collections import bound_app_blob  # noqa: E402
+from blobgc.kinds.blobs import bound_app_blob  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
 from blobgc.core.gate import GateSettings, judge, record_judgement  # noqa: E402
 from blobgc.core.plans import (  # noqa: E402
@@ -71,6 +71,7 @@ from blobgc.core.plans import (  # noqa: E402
 )
 from blobgc.core.references import discover_references  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.core.key_space import IdColumn  # noqa: E402
 from one_pass_sweep import one_pass_sweep  # noqa: E402
 
 # A database of its own: the other benchmarks drop and recreate blobgc_bench.
@@ -98,7 +99,7 @@ def prepare(n: int) -> tuple[str, int]:
                 if statement.strip():
                     conn.execute(statement, {"n": n})
         vacuum(conn, "app.blob", "app.blob_attachment", "app.page_using_blob", "app.post")
-        mark_unused_blobs(conn, discover_references(conn))
+        mark_in_columns(conn, bound_app_blob(""), discover_references(conn, "app.blob"))
         conn.execute("UPDATE app.blob SET updated_at = now() - interval '3 days', "
                      "created_at = now() - interval '3 days' WHERE unused")
         vacuum(conn, "app.blob")  # as autovacuum would, before the sweep
@@ -123,9 +124,9 @@ def bench_baseline(n: int, workers: int) -> dict:
     dsn, unused = prepare(n)
     conn = pg_connect(dsn)
     run = ensure_run(conn, RunRef("blobgc_sweep", f"bench-one-pass-{uuid.uuid4().hex[:8]}"))
-    refs = discover_references(conn)
+    refs = discover_references(conn, "app.blob")
     cutoff = datetime.now(timezone.utc) - GRACE
-    shards = split_key_space(conn, workers)
+    shards = split_key_space(conn, workers, IdColumn("app.blob"))
 
     def sweep(key_range) -> object:
         with pg_connect(dsn) as wconn:
@@ -147,7 +148,7 @@ def bench_planned(n: int, workers: int) -> dict:
     conn = pg_connect(dsn)
     run = ensure_run(conn, RunRef("blobgc_sweep", f"bench-planned-{uuid.uuid4().hex[:8]}"))
     bound = bound_app_blob(BUCKET)
-    refs = discover_references(conn)
+    refs = discover_references(conn, "app.blob")
     cutoff = datetime.now(timezone.utc) - GRACE
     out: dict = {"blobs": n, "unused": unused}
 

@@ -35,7 +35,9 @@ from paste_expiry import bulk_put
 
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects  # noqa: E402
-from blobgc.collectors.reconcile import PAGE, discover_shards, list_pages, reconcile_shard  # noqa: E402
+from blobgc.collectors.reconcile.checks import PAGE  # noqa: E402
+from blobgc.collectors.reconcile.listing import list_pages, reconcile_shard  # noqa: E402
+from blobgc.collectors.reconcile.shards import discover_shards  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 SIZES = ("orig", "big", "medium", "thumb")

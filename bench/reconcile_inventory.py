@@ -23,8 +23,8 @@ Three parts, each skipped when its size is 0. Every figure is measured in this r
    shard, as bench/reconcile.py) of `--sample` real objects (default 200,000, stored with the local S3
    server's bulk loader, 99% with a row); the ratio of the two throughputs is printed.
 2. **Anti-join alone** (`--antijoin`, default 100,000,000): N inventory keys and N accounted keys (1%
-   differ on each side) made directly in DuckDB (`blobgc.core.inventory.Engine`, memory_limit 1GB, in a
-   scratch directory under `--workdir`), then reconcile_part's three statements, verbatim, part by part
+   differ on each side) made directly in DuckDB (`blobgc.core.inventory_reports.Engine`, memory_limit 1GB, in a
+   scratch directory under `--workdir`), then reconcile_part's three statements (blobgc/sql/inventory/), part by part
    (`PART_ROWS` inventory keys each), every leftover fetched and counted. Each in a child process, at N/10
    and at N, so the growth over x10 keys is measured; peak RSS, the scratch directory's size after the
    load and at its peak (sampled), and projections to 1B keys, linear and at the measured growth.
@@ -68,10 +68,11 @@ from paste_expiry import bulk_put
 import psycopg  # noqa: E402
 from psycopg.conninfo import make_conninfo  # noqa: E402
 
-from blobgc.collectors.reconcile import discover_shards, reconcile_shard, split_shard  # noqa: E402
-from blobgc.collectors.reconcile.inventory import PART_ROWS  # noqa: E402
+from blobgc.collectors.reconcile.from_inventory import PART_ROWS  # noqa: E402
+from blobgc.collectors.reconcile.listing import reconcile_shard  # noqa: E402
+from blobgc.collectors.reconcile.shards import discover_shards, split_shard  # noqa: E402
 from blobgc.core.clients import pg_connect, require_env, s3_client_from_env  # noqa: E402
-from blobgc.core.inventory import Destination  # noqa: E402
+from blobgc.core.inventory_reports import Destination  # noqa: E402
 from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
 
 # A database of its own: the other benchmarks drop and recreate blobgc_bench.
@@ -284,7 +285,7 @@ PHASES = (  # (phase, what it is) in the order they run; "anti-join" is DuckDB's
     ("anti-join", "DuckDB: both anti-joins of each part (ORDER BY key), every row fetched"),
     ("live check", "classify: one query per 1000 leftovers"),
     ("missing: store", "object_stats on the keys the report lacks"),
-    ("record", "record_batch and checkpoint, a transaction per 1000 keys"),
+    ("record", "record_batch and advance_checkpoint, a transaction per 1000 keys"),
     ("part: other", "each part's count(*), commit, batching"),
     ("other", "scratch directory, engine, clean-up"),
 )
@@ -292,8 +293,8 @@ PHASES = (  # (phase, what it is) in the order they run; "anti-join" is DuckDB's
 
 def inventory_child(dsn: str, bucket: str, destinations: str, workdir: str, run_id: str) -> int:
     """One timed dry run of reconcile_from_inventory, its phases timed by wrapping the module's functions."""
-    import blobgc.collectors.reconcile.inventory as inventory
-    from blobgc.core.inventory import Engine
+    import blobgc.collectors.reconcile.from_inventory as inventory
+    from blobgc.core.inventory_reports import Engine
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     phases: dict[str, float] = defaultdict(float)
@@ -342,7 +343,7 @@ def inventory_child(dsn: str, bucket: str, destinations: str, workdir: str, run_
     inventory.classify = phase("live check", inventory.classify)
     inventory.object_stats = phase("missing: store", inventory.object_stats)
     inventory.record_batch = phase("record", inventory.record_batch)
-    inventory.checkpoint = phase("record", inventory.checkpoint)
+    inventory.advance_checkpoint = phase("record", inventory.advance_checkpoint)
 
     conn, s3 = pg_connect(dsn), s3_client_from_env()
     calls: dict[str, int] = defaultdict(int)  # S3 requests made by the reconcile, and keys listed
@@ -429,23 +430,12 @@ def inventory_at_scale(n: int, formats: list[str], missing: int, workdir: Path) 
 
 
 # ---------------------------------------------------------------------------------- part 2: anti-join alone
-# reconcile_part's three statements (collectors/reconcile/inventory.py), verbatim: the part's hash bucket as
-# constants, `after` "" (a part from its start).
-IN_PART = "h % {parts} = {p}"
-PART_STATEMENTS = (
-    """SELECT i.key, i.size, i.modified_ms
-            FROM (SELECT key, size, modified_ms FROM inventory WHERE {in_part} AND key > $1) AS i
-            ANTI JOIN (SELECT key FROM accounted WHERE {in_part}) AS a USING (key)
-            ORDER BY i.key""",
-    """SELECT a.key FROM (SELECT key FROM accounted WHERE required AND {in_part} AND key > $1) AS a
-        ANTI JOIN (SELECT key FROM inventory WHERE {in_part}) AS i USING (key)
-        ORDER BY a.key""",
-    "SELECT count(*) FROM inventory WHERE {in_part}",
-)
+# reconcile_part's three statements (blobgc/sql/inventory/, as collectors/reconcile/from_inventory.py runs them):
+# the part's hash bucket bound as parameters, `after` "" (a part from its start).
 
 
 def antijoin_child(n: str, workdir: str) -> int:
-    from blobgc.core.inventory import Engine
+    from blobgc.core.inventory_reports import Engine
 
     n_keys = int(n)
     directory = Path(workdir) / f"antijoin-{uuid.uuid4().hex[:8]}"
@@ -470,12 +460,11 @@ def antijoin_child(n: str, workdir: str) -> int:
             per_part, keys, leftovers, lacking = [], 0, 0, 0
             started = time.perf_counter()
             for p in range(parts):
-                in_part = IN_PART.format(parts=int(parts), p=int(p))
-                leftovers_sql, lacking_sql, count_sql = (q.format(in_part=in_part) for q in PART_STATEMENTS)
+                in_part = {"parts": parts, "part": p}
                 part_started = time.perf_counter()
-                leftovers += sum(1 for _ in db.query(leftovers_sql, [""]))
-                lacking += sum(1 for _ in db.query(lacking_sql, [""]))
-                keys += db.db.execute(count_sql).fetchone()[0]
+                leftovers += sum(1 for _ in db.query("inventory/select_leftover_keys", {**in_part, "after": ""}))
+                lacking += sum(1 for _ in db.query("inventory/select_lacking_keys", {**in_part, "after": ""}))
+                keys += db.count("inventory/count_part_keys", in_part)
                 per_part.append(time.perf_counter() - part_started)
             out.update(seconds=time.perf_counter() - started, part_seconds=per_part, keys=keys, leftovers=leftovers,
                        lacking=lacking)

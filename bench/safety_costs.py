@@ -51,7 +51,7 @@ def bench_mark(dsn: str, n: int) -> dict:
             if statement.strip():
                 conn.execute(statement, {"n": n})
     vacuum(conn, "app.blob", "app.blob_attachment", "app.page_using_blob")
-    referenced = referenced_ids_query(discover_references(conn), "range")
+    referenced = referenced_ids_query(discover_references(conn, "app.blob"), "range")
     count = queries.load("mark/count_blob_marks")
     shapes = {"in_subquery": sql.SQL(IN_SUBQUERY_MARKS).format(referenced=referenced),
               "null_safe_join": sql.SQL(queries.load("mark/select_blob_marks")).format(referenced=referenced)}

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
-from blobgc.collectors import crawler
-from blobgc.collectors.crawler import CrawlBatchResult
+from blobgc.kinds.images import crawler
+from blobgc.kinds.images.crawler import CrawlBatchResult
 from blobgc.dag_kit import HTTP_POOL, Step, dag_defaults, gc_step, report_run
 from blobgc.dag_kit.variables import blob_bucket, crawler_allowed_networks, image_sizes, image_watermark
 from demo_app.downloads import DownloadPolicy, fetching

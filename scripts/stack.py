@@ -434,7 +434,7 @@ def up_airflow(env: dict[str, str]) -> None:
 # ---------------------------------------------------------------- migrations
 def migrate(env: dict[str, str]) -> None:
     """blobgc's migrations (schema blobgc), then the demo application's own (schemas app and gen)."""
-    for module in ("blobgc.core.migrate", "demo_app.migrate"):
+    for module in ("blobgc.migrate", "demo_app.migrate"):
         subprocess.run([str(VENV_BIN / "python"), "-m", module], env=process_env(env), check=True)
 
 

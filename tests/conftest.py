@@ -13,8 +13,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import blobgc.kinds  # noqa: F401 - installs the kinds, as every DAG and the reclaim app do
 from blobgc.core.clients import pg_connect, redis_from_env, s3_client_from_env
-from blobgc.core.migrate import apply_migrations
+from blobgc.core.migrations import apply_migrations
 from demo_app.migrate import apply_app_migrations
 from tests.helpers import TEST_DB
 

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 S3 writes inventory reports; MinIO, the local S3 server and most S3-compatible stores do not. This
 writes one from a listing of the bucket (or, for benchmarks, from any rows of key, size and
-LastModified), exactly as `blobgc.core.inventory` reads AWS's: gzip CSV (quoted fields, URL-encoded
+LastModified), exactly as `blobgc.core.inventory_reports` reads AWS's: gzip CSV (quoted fields, URL-encoded
 keys, `2024-05-01T12:34:56.000Z` dates) or Parquet data files under `.../<configuration>/data/`, a
 `manifest.json` with each file's size and MD5 under `.../<configuration>/<YYYY-MM-DDTHH-MMZ>/`, and
 `manifest.checksum` beside it.
@@ -26,7 +26,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from blobgc.core.inventory import Destination
+from blobgc.core.inventory_reports import Destination
 
 FIELDS = ("Bucket", "Key", "Size", "LastModifiedDate", "ETag", "StorageClass")
 PARQUET_SCHEMA = (

@@ -4,7 +4,7 @@
     python -m blobgc.migrate --dsn postgresql://…          # or BLOBGC_PG_DSN
     python -m blobgc.migrate --status [--conn-id …]       # list applied and pending migrations, change nothing
 
-The runner itself is `blobgc.core.migrate` (no Airflow there); this entry point only finds the database,
+The runner itself is `blobgc.core.migrations` (no Airflow there); this entry point only finds the database,
 so a team migrates through the same connection, TLS extras included, that its DAGs use.
 """
 
@@ -17,7 +17,7 @@ import sys
 
 import psycopg
 
-from blobgc.core import migrate
+from blobgc.core import migrations as migrate
 from blobgc.core.settings import ConfigurationError
 
 NOT_ALLOWED = (

@@ -10,7 +10,7 @@ import secrets
 
 import psycopg
 
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from demo_app import statements
 
 BLOB_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_-"

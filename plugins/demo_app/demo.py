@@ -225,8 +225,8 @@ def load_seed_003(conn: psycopg.Connection, s3) -> str:
     """Seed 003's walk-through: three generations of mails m1-m9 over blobs b1-b6, then five deletions."""
     import uuid
 
-    from blobgc.collectors.generations import open_generation
     from blobgc.core.runs import RunRef
+    from blobgc.kinds.generations.collector import open_generation
     from demo_app.mail import delete_reference, store_blob
 
     demo = uuid.uuid4().hex[:8]  # demo runs can be repeated: each one adds three generations of its own
@@ -259,8 +259,8 @@ def load_seed_004(conn: psycopg.Connection, s3) -> str:
     import requests
 
     from blobgc.core.clients import redis_from_env
-    from blobgc.core.keys import thumb_key
     from blobgc.core.settings import MediaSettings
+    from blobgc.kinds.media.layouts import thumb_key
     from demo_app.media import finalize, finalize_profile, presign_profile_upload, presign_upload
 
     redis = redis_from_env()

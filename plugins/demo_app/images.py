@@ -1,7 +1,7 @@
 """Seed 001's application side: photos cut into sizes and stored once, bound to offers by rows that may repeat.
 
 `app.image` rows may share an `image_id` (the files `images/{id[:2]}/{id}/{size}.jpg`,
-`blobgc.core.keys.image_keys`); a row with no offer is a photo kept for later, removed by
+`blobgc.kinds.images.layouts.image_keys`); a row with no offer is a photo kept for later, removed by
 blobgc_image_cleanup after the grace. The writers here are the seed's `/pre-upload-photo/`
 (`pre_upload`), the form submit (`attach_images`) and the store of a new photo that the crawler
 uses too (`store_new_image`).
@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 import psycopg
 
 from blobgc.core import queries
-from blobgc.core.keys import IMAGE_FILES, image_keys
 from blobgc.core.locks import IMAGE_LOCK_CLASS, lock_stripes, session_stripe
 from blobgc.core.sizes import human_bytes
-from blobgc.core.uploads import insert_image_rows, upload_with_intent
+from blobgc.core.uploads import upload_with_intent
+from blobgc.kinds.images.layouts import IMAGE_FILES, image_keys
+from blobgc.kinds.images.rows import insert_image_rows
 from demo_app import statements
 from demo_app.downloads import DEFAULT_MAX_BYTES
 from demo_app.image_processing import DEFAULT_MAX_PIXELS, DEFAULT_SIZES, ImageRejected, Watermark, render_sizes
@@ -179,7 +180,7 @@ def attach_images(conn: psycopg.Connection, offer_id: int, image_ids: list[str])
         if binds:
             ids, offers, nums, rebind = (list(c) for c in zip(*binds, strict=True))
             conn.execute(
-                queries.load("images/update_image_bindings"),
+                queries.load("images/update_image_bindings", "blobgc.kinds.images"),
                 {"ids": ids, "offer_ids": offers, "nums": nums, "rebind": rebind},
             )
         insert_image_rows(conn, inserts, require_existing=True)

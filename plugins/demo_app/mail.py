@@ -2,7 +2,7 @@
 ADR 39).
 
 `store_blob` deduplicates content within the current reference generation only: a blob id is
-`{sha256 of the content}-g{generation}` (`blobgc.core.keys.mail_blob_id`), so equal content stored in
+`{sha256 of the content}-g{generation}` (`blobgc.kinds.generations.layouts.mail_blob_id`), so equal content stored in
 two generations makes two blobs. Deleting a `gen.reference` row records a `gen.deletion` row in the
 same transaction (a trigger), so no caller can forget one.
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import psycopg
 
 from blobgc.core import queries
-from blobgc.core.keys import mail_blob_id, mail_key
 from blobgc.core.locks import hold_generation_shared
+from blobgc.kinds.generations.layouts import mail_blob_id, mail_key
 from demo_app import statements
 
 
@@ -46,7 +46,9 @@ def lock_current_generation(conn: psycopg.Connection) -> int:
     Re-reads the current generation after taking the lock and follows it if it moved, so the
     generation returned was current while already held: no collector can be working on it.
     """
-    current, isolation = conn.execute(queries.load("generations/select_current_generation")).fetchone()
+    current, isolation = conn.execute(
+        queries.load("generations/select_current_generation", "blobgc.kinds.generations")
+    ).fetchone()
     if isolation != "read committed":
         raise WrongIsolation(
             f"blob writers must run at READ COMMITTED, not {isolation}: the generation "
@@ -57,7 +59,9 @@ def lock_current_generation(conn: psycopg.Connection) -> int:
         current = 1
     while True:
         hold_generation_shared(conn, current)
-        latest = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
+        latest = conn.execute(
+            queries.load("generations/select_current_generation", "blobgc.kinds.generations")
+        ).fetchone()[0]
         if latest == current:
             return current
         current = latest

@@ -28,8 +28,8 @@ where blobgc_media_staging cleans. Every function that takes a user id refuses s
 the slot's other masters under a Redis lock per (bucket, user, slot), so two uploads racing with
 different formats leave exactly one master (see `profile_slot_lock`).
 
-Thumbnail jobs go through `blobgc.core.thumbnail_jobs` (deduplicated); key layouts are
-`blobgc.core.keys`. HEIC masters are decoded with pillow-heif, behind the same sniffing and pixel
+Thumbnail jobs go through `blobgc.kinds.media.thumbnail_jobs` (deduplicated); key layouts are
+`blobgc.kinds.media.layouts`. HEIC masters are decoded with pillow-heif, behind the same sniffing and pixel
 budget as the other formats.
 """
 
@@ -48,7 +48,10 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from blobgc.core.keys import (
+from blobgc.core.keys import KeyLayoutError
+from blobgc.core.objects import delete_objects_in_batches, listing
+from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, MediaSettings
+from blobgc.kinds.media.layouts import (
     MASTER,
     PROFILE_MASTER,
     PROFILE_STAGING,
@@ -58,15 +61,12 @@ from blobgc.core.keys import (
     STAGING,
     THUMB,
     USER_ID,
-    KeyLayoutError,
     master_key,
     month_of,
     rev_month,
     thumb_prefix,
 )
-from blobgc.core.objects import delete_objects_in_batches, listing
-from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, MediaSettings
-from blobgc.core.thumbnail_jobs import queue_thumbnail_jobs, text
+from blobgc.kinds.media.thumbnail_jobs import queue_thumbnail_jobs, text
 from demo_app.image_processing import DEFAULT_MAX_PIXELS, ImageRejected, open_as, open_untrusted, sniff_format
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Apply the demo application's migrations (plugins/demo_app/migrations/NNNN_*.sql): its schemas app and gen.
 
-Run with `python -m demo_app.migrate` (BLOBGC_PG_DSN names the database), after `python -m blobgc.core.migrate`.
+Run with `python -m demo_app.migrate` (BLOBGC_PG_DSN names the database), after `python -m blobgc.migrate`.
 The application owns its tables and their history, so blobgc's migrations create schema blobgc only; this is
 blobgc's runner with a record table (app.schema_migration) and advisory lock of the application's own.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 
-from blobgc.core import migrate
+from blobgc.core import migrations as migrate
 
 FOLDER = Path(__file__).resolve().parent / "migrations"
 TABLE = "app.schema_migration"

@@ -1,6 +1,6 @@
 """Seed 002's application write path: a paste, its deduplicated content (with a reference count) and its cache entry.
 
-Identical content is stored once, as `pastes/{content_hash}` (`blobgc.core.keys.content_key`);
+Identical content is stored once, as `pastes/{content_hash}` (`blobgc.kinds.pastes.layouts.content_key`);
 `app.content.ref_count` counts the pastes that point at it. blobgc_paste_expiry deletes expired
 pastes and the contents they leave unused.
 """
@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from blobgc.core.keys import content_key
+from blobgc.kinds.pastes.layouts import content_key
 from demo_app import statements
 
 SHORT_CODE_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from blobgc.collectors.mark import mark_collection
-from blobgc.collectors.reconcile import collection_shards, reconcile_shard
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.shards import collection_shards
 from blobgc.collectors.restore import cancel_owed_deletions, plan_restore, restore_collection_rows, restore_objects
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.plans import fix_plan, owe_planned_objects

@@ -1,4 +1,4 @@
-"""blobgc.collectors.crawler: seed 001's three branches, the URL cache window, bad URLs and private addresses."""
+"""blobgc.kinds.images.crawler: seed 001's three branches, the URL cache window, bad URLs and private addresses."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -8,12 +8,12 @@ import psycopg
 import pytest
 
 import demo_app.downloads
-from blobgc.collectors.crawler import (
+from blobgc.kinds.images.crawler import (
     CONFLICT_ATTEMPTS, CONFLICT_BACKOFF, CrawlItem, CrawlRequest, batch_items, md5_hex, outcome_counts,
     record_outcomes, retry_on_conflict, stage_items,
 )
 from blobgc.core.clients import pg_connect
-from blobgc.core.keys import IMAGE_FILES, image_keys
+from blobgc.kinds.images.layouts import IMAGE_FILES, image_keys
 from blobgc.core.locks import URL_LOCK_CLASS, lock_stripes
 from demo_app.downloads import DownloadPolicy
 from tests.helpers import object_keys, wait_until

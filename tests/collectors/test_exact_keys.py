@@ -12,11 +12,12 @@ import uuid
 import pytest
 
 from blobgc.collectors.mark import mark_collection
-from blobgc.collectors.reconcile import collection_shards, reconcile_shard
-from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scope_of
+from blobgc.collectors.reconcile.from_inventory import locate, reconcile_from_inventory, scope_of
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.shards import collection_shards
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part
 from blobgc.core.collections import bind, parse_collections
-from blobgc.core.inventory import Destination
+from blobgc.core.inventory_reports import Destination
 from blobgc.core.outbox import delete_owed_objects, record_deletions
 from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import APPROVED, fix_plan

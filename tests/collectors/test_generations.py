@@ -1,4 +1,4 @@
-"""blobgc.collectors.generations: seed 003's generation-based GC with a bloom filter (Apache James ADR 39)."""
+"""blobgc.kinds.generations.collector: seed 003's generation-based GC with a bloom filter (Apache James ADR 39)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,12 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from blobgc.collectors.generations import (
+from blobgc.kinds.generations.collector import (
     GenerationError, OpenedGeneration, ReferenceFilter, collect_generation, collect_generations, eligible_generations,
     execute_plan_part, open_generation, plan_generation, plan_part,
 )
 from blobgc.core.clients import pg_connect
-from blobgc.core.keys import mail_blob_id as blob_id_for
+from blobgc.kinds.generations.layouts import mail_blob_id as blob_id_for
 from blobgc.core.locks import GENERATION_LOCK_CLASS, hold_generation_shared
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.plans import PlanRefused, execution_report, fix_plan

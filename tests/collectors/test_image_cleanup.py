@@ -1,4 +1,4 @@
-"""blobgc.collectors.image_cleanup: seed 001's rotten-image cleaner, its grace, its plan and its drain-time guard."""
+"""blobgc.kinds.images.cleanup: seed 001's rotten-image cleaner, its grace, its plan and its drain-time guard."""
 from __future__ import annotations
 
 import os
@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from blobgc.collectors.crawler import CrawlItem
-from blobgc.collectors.image_cleanup import PART, execute_image_plan, plan_unbound_images
+from blobgc.kinds.images.crawler import CrawlItem
+from blobgc.kinds.images.cleanup import PART, execute_image_plan, plan_unbound_images
 from blobgc.core.clients import pg_connect, s3_client_from_env
-from blobgc.core.keys import IMAGE_FILES, image_keys
+from blobgc.kinds.images.layouts import IMAGE_FILES, image_keys
 from blobgc.core.locks import IMAGE_LOCK_CLASS, session_stripe
 from blobgc.core.outbox import cancel_upload_intent, delete_owed_objects, owe_upload_intent
 from blobgc.core.plans import execution_report, fix_plan

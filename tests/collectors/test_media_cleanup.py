@@ -1,4 +1,4 @@
-"""blobgc.collectors.media_cleanup: seed 004's staging cleaner, thumbnail check and thumbnail queue worker."""
+"""blobgc.kinds.media.cleanup: seed 004's staging cleaner, thumbnail check and thumbnail queue worker."""
 from __future__ import annotations
 
 import io
@@ -14,13 +14,13 @@ from datetime import datetime, timezone
 import pytest
 from PIL import Image
 
-from blobgc.collectors.media_cleanup import (
+from blobgc.kinds.media.cleanup import (
     MediaShard, check_thumbnails, plan_stale_staging, drain_thumbnail_queue, staging_shards, thumbnail_shards,
 )
 from blobgc.core.clients import s3_client_from_env
-from blobgc.core.keys import master_key, rev_month, thumb_key
+from blobgc.kinds.media.layouts import master_key, rev_month, thumb_key
 from blobgc.core.runs import cutoff
-from blobgc.core.thumbnail_jobs import DEAD_LETTERS, DEAD_LETTER_CAP, PROCESSING, QUEUE, QUEUED
+from blobgc.kinds.media.thumbnail_jobs import DEAD_LETTERS, DEAD_LETTER_CAP, PROCESSING, QUEUE, QUEUED
 from demo_app.media import MediaError, finalize, presign_profile_upload, presign_upload, render_thumbnails
 from tests.helpers import ROOT, backdate_object, backdate_objects
 from tests.support.media import (
@@ -50,7 +50,7 @@ def test_the_queue_survives_a_worker_killed_mid_batch(s3, redis, media, stack):
             "import sys; sys.path.insert(0, 'plugins')\n"
             "from blobgc.core.clients import redis_from_env, s3_client_from_env\n"
             "from blobgc.core.settings import MediaSettings\n"
-            "from blobgc.collectors.media_cleanup import drain_thumbnail_queue\n"
+            "from blobgc.kinds.media.cleanup import drain_thumbnail_queue\n"
             "from demo_app.media import render_thumbnails\n"
             f"s = MediaSettings(bucket_prefix={media.bucket_prefix!r})\n"
             "drain_thumbnail_queue(redis_from_env(), s3_client_from_env(), s, render_thumbnails, batch=12, workers=1)\n")],

@@ -1,4 +1,4 @@
-"""blobgc.collectors.paste_expiry: seed 002's batch expiry with ref_count, shared contents and concurrent runs."""
+"""blobgc.kinds.pastes.expiry: seed 002's batch expiry with ref_count, shared contents and concurrent runs."""
 from __future__ import annotations
 
 import os
@@ -8,13 +8,13 @@ from datetime import datetime, timedelta
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from blobgc.collectors.paste_expiry import (
+from blobgc.kinds.pastes.expiry import (
     ORPHANS_PART, ExpiryExecution, check_ref_counts, contents_part, execute_expiry_part, expire_due_pastes,
     plan_expiry, restart_expiry_plan, split_expiry_contents,
 )
 from blobgc.core.cache_purge import purge_owed_cache_keys
 from blobgc.core.clients import pg_connect, s3_client_from_env
-from blobgc.core.keys import content_key
+from blobgc.kinds.pastes.layouts import content_key
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import PASSED, execution_report, fix_plan, plan_parts

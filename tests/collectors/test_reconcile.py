@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from blobgc.collectors.reconcile import Shard, discover_shards, reconcile_shard
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.shards import Shard, discover_shards
 from blobgc.core.clients import s3_client_from_env
 from blobgc.core.outbox import delete_owed_objects
 from tests.helpers import object_keys

@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from blobgc.collectors.reconcile import collection_shards, discover_shards, reconcile_shard, split_shard
-from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scope_of, scopes
-from blobgc.core.inventory import Destination, InventoryError
+from blobgc.collectors.reconcile.from_inventory import locate, reconcile_from_inventory, scope_of, scopes
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.shards import collection_shards, discover_shards, split_shard
+from blobgc.core.inventory_reports import Destination, InventoryError
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
@@ -108,14 +109,14 @@ def test_a_stale_report_keeps_keys_claimed_or_written_since_and_skips_objects_go
 
 
 def test_a_part_that_fails_midway_resumes_after_its_last_recorded_batch(conn, s3, bucket, reports, monkeypatch):
-    from blobgc.collectors.reconcile import inventory
+    from blobgc.collectors.reconcile import from_inventory
 
     orphans = [f"pastes/{sha(f'dead {i}')}" for i in range(7)]
     put(s3, bucket, *orphans)
     age(s3, bucket)
     report_of_bucket(s3, bucket, Destination(reports, "inv/"))
-    monkeypatch.setattr(inventory, "BATCH", 2)
-    calls, real = [], inventory.classify
+    monkeypatch.setattr(from_inventory, "BATCH", 2)
+    calls, real = [], from_inventory.classify
 
     def failing_third_time(*args, **kwargs):
         calls.append(1)
@@ -123,7 +124,7 @@ def test_a_part_that_fails_midway_resumes_after_its_last_recorded_batch(conn, s3
             raise ConnectionError("the database went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(inventory, "classify", failing_third_time)
+    monkeypatch.setattr(from_inventory, "classify", failing_third_time)
     run = new_run(conn)
     with pytest.raises(ConnectionError):
         inventory_run(conn, s3, bucket, run, reports)

@@ -8,16 +8,11 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from blobgc.collectors.reconcile import (
-    Shard,
-    collection_shards,
-    discover_shards,
-    not_planned,
-    plan_listing,
-    reconcile_shard,
-)
-from blobgc.collectors.reconcile.inventory import locate, reconcile_from_inventory, scope_of
-from blobgc.core.inventory import Destination
+from blobgc.collectors.reconcile.from_inventory import locate, reconcile_from_inventory, scope_of
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.report import not_planned
+from blobgc.collectors.reconcile.shards import Shard, collection_shards, discover_shards, plan_listing
+from blobgc.core.inventory_reports import Destination
 from blobgc.core.refusals import MissingBucket
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket

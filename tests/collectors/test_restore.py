@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from blobgc.collectors.paste_expiry import expire_due_pastes
+from blobgc.kinds.pastes.expiry import expire_due_pastes
 from blobgc.collectors.restore import (
     RestoreRefused,
     RestoreResult,
@@ -15,7 +15,8 @@ from blobgc.collectors.restore import (
     restore_objects,
     restore_rows,
 )
-from blobgc.core.keys import blob_keys, content_key
+from blobgc.kinds.blobs.layouts import blob_keys
+from blobgc.kinds.pastes.layouts import content_key
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import RunRef, ensure_run
 from demo_app.pastes import create_paste

@@ -16,12 +16,13 @@ from botocore.exceptions import EndpointConnectionError
 
 from blobgc.collectors.sweep import PlanExecution, SweepResult
 from blobgc.core.clients import pg_connect, s3_client
-from blobgc.core.collections import bound_app_blob
+from blobgc.kinds.blobs import bound_app_blob
 from blobgc.core.key_space import split_key_space
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.references import ReferenceSet, discover_references
 from blobgc.core.runs import RunRef, ensure_run, finish_run
+from blobgc.core.key_space import IdColumn
 from tests.helpers import NOW, deny_deletes, make_blobs, object_keys, set_unused_since, wait_until
 from tests.support.sweep import execute_sweep, pass_gate, plan_sweep, sweep_run
 
@@ -437,9 +438,9 @@ def test_key_range_shards_split_the_work_without_overlap(conn, s3, bucket, analy
     ids = make_blobs(conn, s3, bucket, 200, thumbnails=False)
     set_unused_since(conn, ids, "3 days")
     conn.execute("ANALYZE app.blob" if analyzed else "DELETE FROM pg_statistic WHERE starelid = 'app.blob'::regclass")
-    shards = split_key_space(conn, 3)
+    shards = split_key_space(conn, 3, IdColumn("app.blob"))
     assert len(shards) >= 2
-    refs, bound = discover_references(conn), bound_app_blob(bucket)
+    refs, bound = discover_references(conn, "app.blob"), bound_app_blob(bucket)
     dry_run = new_run(conn, "dry", dry_run=True)
     dry = [p.rows_deleted for p in plan_sweep(conn, dry_run, bound, cutoff=CUTOFF, refs=refs, key_ranges=tuple(shards))]
     assert sum(dry) == 200 and all(n > 0 for n in dry)
@@ -475,7 +476,7 @@ def test_cascade_or_set_null_reference_added_after_discovery_stops_the_delete(co
     re-checks every reference itself, and notices a key added since the references were discovered."""
     referenced, garbage = make_blobs(conn, s3, bucket, 2)
     set_unused_since(conn, [referenced, garbage], "3 days")  # marked unused before the new table existed
-    refs = discover_references(conn)  # the plan and the delete task found their references ...
+    refs = discover_references(conn, "app.blob")  # the plan and the delete task found their references ...
 
     def application_adds_a_table() -> None:  # ... and then the application added a table that references blobs
         with conn.transaction():
@@ -508,7 +509,7 @@ def test_cascade_reference_known_at_discovery_keeps_its_blob_and_row(conn, s3, b
                      "REFERENCES app.blob ON DELETE CASCADE)")
     try:
         set_unused_since(conn, [referenced, garbage], "3 days")
-        refs = discover_references(conn)
+        refs = discover_references(conn, "app.blob")
 
         def application_references() -> None:  # after the plan: the execution's claim must not trust the stale flag
             with conn.transaction():

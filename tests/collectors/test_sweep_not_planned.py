@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta, timezone
 
-from blobgc.collectors.mark import mark_collection, mark_unused_blobs
+from blobgc.collectors.mark import mark_collection, mark_in_columns
 from blobgc.collectors.sweep import NotPlannedReport
-from blobgc.core.collections import bound_app_blob
+from blobgc.kinds.blobs import bound_app_blob
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import make_blobs
 from tests.support.collections import add_upload, bound_shop, create_shop, new_schema
@@ -100,7 +100,7 @@ def test_first_sweep_of_app_blob_counts_each_row_once_and_plans_only_the_eligibl
         conn.execute("INSERT INTO app.post (id) VALUES ('p1')")
         conn.execute("INSERT INTO app.blob_attachment (post_id, blob_id) VALUES ('p1', %s)", (referenced,))
     refs = references_of(conn, bound_app_blob(bucket))
-    assert mark_unused_blobs(conn, refs).became_unused == 3
+    assert mark_in_columns(conn, bound_app_blob(""), refs).became_unused == 3
     with conn.transaction():  # as if the mark had found these unused two days ago; `young` was created after it
         conn.execute("UPDATE app.blob SET updated_at = now() - interval '2 days' WHERE id = ANY(%s)",
                      ([young, eligible],))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from blobgc.core.collections import (
-    APP_BLOB,
     CollectionsError,
     KeyTemplate,
     bind,
@@ -13,6 +12,7 @@ from blobgc.core.collections import (
     parse_collections,
     select,
 )
+from blobgc.kinds.blobs import APP_BLOB
 from tests.support.collections import bound_shop, create_shop, new_schema, shop_yaml
 
 GOOD = """

@@ -10,13 +10,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from blobgc.collectors.paste_expiry import expire_due_pastes
+from blobgc.kinds.pastes.expiry import expire_due_pastes
 from blobgc.core.clients import pg_connect, s3_client_from_env
-from blobgc.core.keys import (
-    BLOB_OBJECTS, IMAGE_FILES, MAIL_BLOBS, PASTE_CONTENTS, blob_keys, image_keys, mail_key,
-    KeyLayoutError, PROFILE_STAGING, STAGING, content_key, generation_of, mail_blob_id as blob_id_for, master_key,
-    master_prefix_of_thumb, rev_month, staging_layout, thumb_key, thumb_prefix, time8,
-)
+from blobgc.core.keys import KeyLayoutError
+from blobgc.kinds.blobs.layouts import BLOB_OBJECTS, blob_keys
+from blobgc.kinds.generations.layouts import MAIL_BLOBS, generation_of, mail_blob_id as blob_id_for, mail_key
+from blobgc.kinds.images.layouts import IMAGE_FILES, image_keys
+from blobgc.kinds.media.layouts import PROFILE_STAGING, STAGING, master_key, master_prefix_of_thumb, rev_month, staging_layout, thumb_key, thumb_prefix, time8
+from blobgc.kinds.pastes.layouts import PASTE_CONTENTS, content_key
 from blobgc.core.outbox import delete_owed_objects, record_deletions
 from demo_app.pastes import create_paste
 from tests.helpers import NOW, backend_waiting_on_lock, object_keys, wait_until

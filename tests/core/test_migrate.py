@@ -1,4 +1,4 @@
-"""blobgc.core.migrate: the migration runner, on blobgc's migrations and on folders of the tests' own.
+"""blobgc.core.migrations: the migration runner, on blobgc's migrations and on folders of the tests' own.
 
 Most tests migrate empty databases of their own (`new_database`), so they can start from any state: a user's
 application tables, a database migrated before the application's tables left blobgc's folder, a session
@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from blobgc.core.migrate import (LEGACY_VERSIONS, NO_TRANSACTION, MigrationChanged, MigrationLockTimeout,
+from blobgc.core.migrations import (LEGACY_VERSIONS, NO_TRANSACTION, MigrationChanged, MigrationLockTimeout,
                                  apply_migrations, migrations)
 from blobgc.core.queries import sql_root
 from demo_app import migrate as app_migrate
@@ -246,7 +246,7 @@ def test_a_database_migrated_before_the_split_goes_on_from_0009(new_database):
 
 
 def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_database, monkeypatch, capsys):
-    from blobgc.core.migrate import SchemaBehind, check_schema_current, main, pending_versions
+    from blobgc.core.migrations import SchemaBehind, check_schema_current, main, pending_versions
 
     dsn = new_database()
     with connect(dsn) as conn:
@@ -270,7 +270,7 @@ def test_status_lists_applied_and_pending_and_a_schema_behind_is_refused(new_dat
 def test_migrate_reports_the_migrations_it_applied_by_name(new_database, tmp_path, monkeypatch, capsys):
     """Issue 30: "11 applied" said neither which nor of what; the report names the first and last applied, and
     what the database had before (blobgc's numbering starts at 0002, which its folder's README explains)."""
-    from blobgc.core.migrate import main
+    from blobgc.core.migrations import main
 
     every = versions()
     dsn = new_database()

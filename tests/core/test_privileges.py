@@ -225,7 +225,7 @@ def test_migrate_without_schema_blobgc_needs_create_on_the_database_and_says_so_
 def test_blobgc_tables_another_role_migrated_are_named_in_one_grant_with_their_sequences(readme_role, admin_dsn):
     dsn, role, database = readme_role(migrate=False)
     with admin_of(admin_dsn, database) as admin:
-        from blobgc.core.migrate import apply_migrations
+        from blobgc.core.migrations import apply_migrations
 
         apply_migrations(admin)  # as the superuser: blobgc's tables are not the role's
         tables = [r[0] for r in admin.execute("SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = "

@@ -43,7 +43,7 @@ def test_no_references_selects_nothing():
 
 
 def test_discovers_the_contract_foreign_keys(conn):
-    refs = discover_references(conn)
+    refs = discover_references(conn, "app.blob")
     names = {r.name for r in refs.foreign_keys}
     assert {"app.blob_attachment.blob_id", "app.page_using_blob.blob_id"} <= names
     assert all(r.indexed for r in refs.foreign_keys)
@@ -75,7 +75,7 @@ def test_foreign_key_blobgc_cannot_follow_fails_the_mark_naming_the_constraint(c
         conn.execute(sql.SQL("SET ROLE {}").format(limited_role))
         try:
             with pytest.raises(UnfollowableReference, match="secret_blob_fk"):
-                discover_references(conn)
+                discover_references(conn, "app.blob")
         finally:
             conn.execute("RESET ROLE")
 
@@ -92,7 +92,7 @@ def test_extra_reference_sql_that_is_wrong_fails_before_anything_is_written(conn
     ids = make_blobs(conn, s3, bucket, 2)
     before = flags(conn)
     with pytest.raises(UnfollowableReference) as refused:
-        discover_references(conn, extra_sql=["SELECT id FROM app.blob", query])
+        discover_references(conn, "app.blob", extra_sql=["SELECT id FROM app.blob", query])
     assert f"extra reference query [1] {problem}" in str(refused.value)
     assert query[:40] in str(refused.value)
     assert flags(conn) == before and set(before) == set(ids)

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 
 from blobgc import migrate
-from blobgc.core.migrate import migrations
+from blobgc.core.migrations import migrations
 from blobgc.dag_kit.connections import pg_connection, pg_connector
 from tests.support.tls_postgres import TlsPostgres, certificate, new_key, tls_postgres, write_pem  # noqa: F401
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 
-from blobgc.core.keys import image_keys
+from blobgc.kinds.images.layouts import image_keys
 from demo_app.images import attach_images, pre_upload
 from tests.helpers import object_keys, run_dag
 from tests.photo_server import jpeg

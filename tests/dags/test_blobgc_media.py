@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from blobgc.collectors.media_cleanup import MediaShard, check_min_age, check_thumbnails
-from blobgc.core.keys import rev_month
+from blobgc.kinds.media.cleanup import MediaShard, check_min_age, check_thumbnails
+from blobgc.kinds.media.layouts import rev_month
 from blobgc.core.runs import cutoff
-from blobgc.core.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
+from blobgc.kinds.media.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
 from demo_app.media import finalize
 from tests.helpers import assert_param_refused, backdate_object, backdate_objects, run_dag
 from tests.support.media import DAY, OTHER, USER, age_queued_entry, delete_planned, jpeg, keys, run_ref, uploaded

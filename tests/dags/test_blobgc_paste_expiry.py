@@ -5,7 +5,7 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 
-from blobgc.core.keys import content_key
+from blobgc.kinds.pastes.layouts import content_key
 from demo_app.pastes import create_paste
 from tests.helpers import FAR_FUTURE, cached_keys, object_keys, run_dag
 from tests.support.pastes import FUTURE, PAST

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from blobgc.core.inventory import Destination
+from blobgc.core.inventory_reports import Destination
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
 from tests.helpers import airflow_api, assert_param_refused, object_keys, run_dag

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from blobgc.collectors.restore import RestoreRefused, plan_restore
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import NOW, object_keys, run_dag
 from tests.support.restore import swept_run

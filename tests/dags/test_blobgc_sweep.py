@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from blobgc.collectors.mark import mark_collection
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from blobgc.core.references import discover_references
 from tests.helpers import FAR_FUTURE, airflow, assert_param_refused, make_blobs, object_keys, run_dag, set_unused_since
 from tests.support.collections import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from blobgc.core.keys import rev_month
+from blobgc.kinds.media.layouts import rev_month
 from blobgc.core.plans import plan_parts
 from blobgc.core.runs import RunRef
 from demo_app.images import ImageSettings, pre_upload

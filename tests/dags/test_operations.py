@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from blobgc.core.clients import s3_client_from_env
-from blobgc.core.keys import content_key
+from blobgc.kinds.pastes.layouts import content_key
 from demo_app.pastes import create_paste
 from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, s3_outage
 

@@ -7,7 +7,7 @@ in SQL, never by moving the clock.
 """
 from __future__ import annotations
 
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from blobgc.core.outbox import PARK_AFTER, delete_owed_objects
 from blobgc.core.runs import RunRef, ensure_run
 from tests.helpers import NOW, deny_deletes, make_blobs, object_keys, run_dag, set_unused_since

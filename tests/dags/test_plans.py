@@ -11,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from blobgc.core.keys import blob_keys
+from blobgc.kinds.blobs.layouts import blob_keys
 from blobgc.core.plans import plan_parts
 from blobgc.core.runs import RunRef
 from tests.helpers import airflow_api, backdate_object, make_blobs, object_keys, run_dag, set_unused_since

@@ -9,7 +9,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from blobgc.core.clients import pg_connect
-from blobgc.core.migrate import apply_migrations
+from blobgc.core.migrations import apply_migrations
 from tests.helpers import object_keys, run_dag
 from tests.support.collections import add_upload, create_shop, new_schema, shop_yaml, write_collections
 from tests.support.reconcile import DAG, age, put, sha

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from blobgc.core.keys import image_keys
+from blobgc.kinds.images.layouts import image_keys
 from demo_app.image_processing import ImageRejected
 from demo_app.images import ImageSettings, UnknownImage, attach_images, pre_upload
 from tests.helpers import object_keys

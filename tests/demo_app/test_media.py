@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 import pytest
 from PIL import Image
 
-from blobgc.collectors.media_cleanup import drain_thumbnail_queue
+from blobgc.kinds.media.cleanup import drain_thumbnail_queue
 from blobgc.core.clients import redis_from_env, s3_client_from_env
-from blobgc.core.keys import master_key, rev_month, time8
+from blobgc.kinds.media.layouts import master_key, rev_month, time8
 from blobgc.core.settings import MediaSettings
-from blobgc.core.thumbnail_jobs import PROCESSING, QUEUE
+from blobgc.kinds.media.thumbnail_jobs import PROCESSING, QUEUE
 from demo_app.image_processing import ImageRejected
 from demo_app.media import (
     MediaError, check_user, delete_image, delete_profile_image, extension_of, finalize, finalize_profile,

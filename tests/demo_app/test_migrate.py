@@ -5,7 +5,7 @@ before the split with both runners.
 """
 from __future__ import annotations
 
-from blobgc.core.migrate import apply_migrations
+from blobgc.core.migrations import apply_migrations
 from demo_app.migrate import FOLDER, TABLE, apply_app_migrations
 from tests.core import test_migrate as core
 from tests.core.test_migrate import connect, migrate_the_old_way, recorded, schema_names, schema_of, versions

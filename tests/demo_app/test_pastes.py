@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from blobgc.core.keys import content_key
+from blobgc.kinds.pastes.layouts import content_key
 from demo_app.pastes import content_hash, create_paste
 from tests.helpers import object_keys
 from tests.support.pastes import FUTURE, ref_count

@@ -157,7 +157,8 @@ def install(stack, installed_python):
 
 def test_the_installed_package_comes_from_the_wheel_with_its_sql(install, installed_python):
     out = install["ok"]("python", "-c", "import blobgc, blobgc.core.queries as q; print(blobgc.__file__); "
-                                        "print(blobgc.__version__); print(q.load('sweep/delete_blobs')[:2])")
+                                        "print(blobgc.__version__); print(q.load('sweep/delete_blobs', 'blobgc.kinds.blobs')[:1] "
+                                        "+ q.load('plans/insert_plan_item')[:1])")
     path, version, sql = out.strip().splitlines()
     assert path.startswith(str(installed_python.parent.parent)) and "site-packages" in path, path
     assert not path.startswith(str(ROOT / "plugins"))

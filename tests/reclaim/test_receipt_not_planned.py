@@ -12,9 +12,9 @@ from datetime import timedelta
 
 from fastapi.testclient import TestClient
 
-from blobgc.collectors.mark import mark_unused_blobs
+from blobgc.collectors.mark import mark_in_columns
 from blobgc.collectors.sweep import NotPlannedReport
-from blobgc.core.collections import bound_app_blob
+from blobgc.kinds.blobs import bound_app_blob
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from blobgc.reclaim.app import create_app
 from tests.helpers import make_blobs
@@ -40,7 +40,7 @@ def test_receipt_shows_considered_but_not_planned_for_a_sweep_dry_run_and_reconc
     sweep's own code, and a reconcile run with reconcile's keys: each receipt shows its table."""
     make_blobs(conn, s3, bucket, 1)
     refs = references_of(conn, bound_app_blob(bucket))
-    assert mark_unused_blobs(conn, refs).became_unused == 1
+    assert mark_in_columns(conn, bound_app_blob(""), refs).became_unused == 1
     make_blobs(conn, s3, bucket, 1, prefix="n")  # no mark since it appeared
     sweep = ensure_run(conn, RunRef("blobgc_sweep", "manual__first_dry_run", dry_run=True))
     grace = timedelta(hours=bound_app_blob(bucket).collection.grace_hours)

@@ -1,7 +1,7 @@
 """Seed 003's test kit: runs, blobs and mail keys, and an old generation to collect."""
 from __future__ import annotations
 
-from blobgc.collectors.generations import open_generation
+from blobgc.kinds.generations.collector import open_generation
 from blobgc.core.runs import RunRef, ensure_run
 from demo_app.mail import delete_reference, store_blob
 from tests.helpers import object_keys

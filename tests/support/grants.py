@@ -65,7 +65,7 @@ def new_role_database(admin_dsn: str, *, migrate: bool = True) -> tuple[str, str
             admin.execute(with_names(statement, role, database))
     dsn = make_conninfo(admin_dsn, dbname=database, user=role)
     if migrate:
-        from blobgc.core.migrate import apply_migrations
+        from blobgc.core.migrations import apply_migrations
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             apply_migrations(conn)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from blobgc.collectors.crawler import crawl
+from blobgc.kinds.images.crawler import crawl
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import RunRef, ensure_run
 from demo_app.downloads import DownloadPolicy, fetching

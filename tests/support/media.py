@@ -12,7 +12,7 @@ from blobgc.core.outbox import DrainResult, delete_owed_objects
 from blobgc.core.plans import PLAN_MAX_AGE_HOURS, fix_plan, owe_planned_objects
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.core.settings import MediaSettings
-from blobgc.core.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
+from blobgc.kinds.media.thumbnail_jobs import DEAD_LETTERS, PROCESSING, QUEUE, QUEUED
 from blobgc.core.gate import let_through
 from demo_app.media import presign_upload
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta, timezone
 
-from blobgc.collectors.reconcile import discover_shards, reconcile_shard
+from blobgc.collectors.reconcile.listing import reconcile_shard
+from blobgc.collectors.reconcile.shards import discover_shards
 from blobgc.core.plans import fix_plan, owe_planned_objects
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.core.gate import let_through

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part
-from blobgc.core.collections import bound_app_blob
+from blobgc.kinds.blobs import bound_app_blob
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import PASSED, execution_report, fix_plan
@@ -27,7 +27,7 @@ def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1, *, 
     run = ensure_run(conn, RunRef("blobgc_sweep", run_id, False), NOW)
     # as the DAG does it: plan (only this run's blobs: their ids share its prefix), the gate, execute, drain, report
     fix_plan(conn, run, None, 24)
-    bound, refs, cutoff = bound_app_blob(bucket), discover_references(conn), NOW - timedelta(hours=24)
+    bound, refs, cutoff = bound_app_blob(bucket), discover_references(conn, "app.blob"), NOW - timedelta(hours=24)
     ids_range = (f"{run_id}-", f"{run_id}-~")
     plan_collection(conn, run, bound, refs, cutoff=cutoff, key_range=ids_range)
     record_judgement(conn, run, judge(conn, run, GateSettings()), PASSED)

@@ -1,10 +1,9 @@
-"""Seed 000's marking, set-based: record which rows of a collection no reference points at, range by range,
-after forgetting the page usages that were not confirmed within the page grace.
+"""Seed 000's marking, set-based: record which rows of a collection no reference points at, range by range.
 
-`app_blob` keeps its mark in its own columns (`unused`, stamped `updated_at`, and `visibility`,
-docs/reference.md §3): `mark_unused_blobs`. Every other collection keeps it in blobgc's own table
-`blobgc.mark_<name>`, which holds the ids found unused and since when: `mark_collection`. Nothing
-is ever written to a user's table.
+A collection in column mode (seed 000's `app_blob`, declared by the kind `blobs`) keeps its mark in its own
+columns, with its kind's statements: `mark_in_columns`. Every other collection keeps it in blobgc's own table
+`blobgc.mark_<name>`, which holds the ids found unused and since when: `mark_collection`. Nothing is ever
+written to a user's table.
 
 The seed tries to DELETE every blob inside a PL/pgSQL loop with one EXCEPTION block (a
 subtransaction) per row, all in one transaction. Here each key range is one short transaction
@@ -19,7 +18,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 
 import psycopg
 from psycopg import sql
@@ -29,7 +27,6 @@ from blobgc.core.collections import BoundCollection, ensure_mark_table
 from blobgc.core.key_space import KeyRange, key_ranges
 from blobgc.core.references import ReferenceSet, referenced_ids_query
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef, add_counts, set_counts
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +43,9 @@ class MarkResult(TaskResult):
     ranges: int = 0
 
 
-def mark_unused_blobs(
+def mark_in_columns(
     conn: psycopg.Connection,
+    bound: BoundCollection,
     refs: ReferenceSet,
     *,
     range_size: int = DEFAULT_RANGE_SIZE,
@@ -55,15 +53,21 @@ def mark_unused_blobs(
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
-    """Set `unused` and `visibility` for every blob from the references found now, one range per transaction.
+    """Mark a column-mode collection in its own columns, from the references found now, one range per transaction,
+    with its kind's statements (seed 000's app_blob: `unused`, stamped `updated_at`, and `visibility`).
 
     With `workers` > 1, ranges are marked on that many connections from `connect` at once.
     """
-    marks = sql.SQL(queries.load("mark/select_blob_marks")).format(referenced=referenced_ids_query(refs, "range"))
-    statement = sql.SQL(queries.load("mark/count_blob_marks" if dry_run else "mark/update_blob_marks")).format(
+    mode = bound.collection.mode
+    if mode is None:
+        raise ValueError(f"collection {bound.name!r} is not in column mode: mark it with mark_collection")
+    marks = sql.SQL(queries.load(mode.statement("mark/select_marks"))).format(
+        referenced=referenced_ids_query(refs, "range")
+    )
+    statement = sql.SQL(queries.load(mode.statement("mark/count_marks" if dry_run else "mark/update_marks"))).format(
         marks=marks
     )
-    ranges = key_ranges(conn, range_size)
+    ranges = key_ranges(conn, range_size, bound.id_column)
 
     def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
         with c.transaction():
@@ -192,40 +196,8 @@ def mark_any(
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
-    """Mark one collection: app_blob in its own columns (`mark_unused_blobs`), any other in its mark table."""
+    """Mark one collection: in its own columns if a kind declares it in column mode (`mark_in_columns`), any other
+    in its mark table."""
     if bound.collection.column_mode:
-        return mark_unused_blobs(conn, refs, dry_run=dry_run, workers=workers, connect=connect)
+        return mark_in_columns(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect)
     return mark_collection(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect)
-
-
-@dataclass
-class PageUsagesRemoved(TaskResult):
-    """Page usages not confirmed within the page grace that were removed (on a dry run, that would be)."""
-
-    removed: int = 0
-
-
-def remove_stale_page_usages(conn: psycopg.Connection, run: RunRef, *, cutoff: datetime, batch_size: int = 1000) -> int:
-    """Delete page usages not confirmed since `cutoff` (seed 000's SweepPages), one batch per transaction.
-
-    Returns how many. A dry run counts them and deletes nothing. Visibility is recomputed by the
-    marking pass.
-    """
-    if run.dry_run:
-        with conn.transaction():
-            n = conn.execute(queries.load("pages/count_stale_page_usages"), {"cutoff": cutoff}).fetchone()[0]
-            set_counts(conn, run, rows=n, objects=0, bytes_=0, part="page usages")  # a retry reports it once
-        log.info("dry run: %d page usages not confirmed since %s would be removed", n, cutoff)
-        return n
-    total = 0
-    while True:
-        with conn.transaction():
-            removed = conn.execute(
-                queries.load("pages/delete_stale_page_usages"), {"cutoff": cutoff, "batch_size": batch_size}
-            ).fetchall()
-            add_counts(conn, run, rows=len(removed))
-        total += len(removed)
-        if removed:
-            log.info("removed %d stale page usages (%d so far)", len(removed), total)
-        if len(removed) < batch_size:
-            return total

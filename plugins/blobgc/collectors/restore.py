@@ -38,9 +38,9 @@ import psycopg
 from botocore.exceptions import ClientError
 from psycopg import sql
 
-from blobgc.core import queries
+from blobgc.core import queries, registry
 from blobgc.core.catalog import table_exists
-from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, bound_app_blob
+from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, ColumnMode, column_modes
 from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, object_stats, versioning_status
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
@@ -50,18 +50,6 @@ log = logging.getLogger(__name__)
 
 ROW_SOURCES = {"app.blob"}  # sources whose deleted rows the log holds, and restore puts back
 # Why the rows of each other source cannot be put back, in the words the report uses.
-NOT_RESTORABLE_ROWS = {
-    "app.blob": "app.blob rows deleted before blobgc logged row images (migration 0007) are not in the log; "
-    "the objects are restored",
-    "app.content": "app.content rows: the expired app.paste rows that referenced them are not in the log, and a "
-    "content row without its pastes would be expired again; the objects are restored",
-    "app.image": "app.image rows: image rows are not kept in the log (their offer binding and hashes are gone); "
-    "the image files are restored",
-    "gen.blob": "gen.blob rows: the references whose deletion made the blob collectable are not in the log, so a "
-    "restored row would be collected again; the mail objects are restored",
-    "media.staging": "no rows: seed 004's store has no database; the staging objects are restored",
-    "media.thumbnails": "no rows: seed 004's store has no database; the thumbnails are restored",
-}
 RECONCILE_DAG = "blobgc_reconcile"
 MISSING_AFTER_RESTORE = "its object is still missing after the restore, so the row was not put back"
 
@@ -302,34 +290,20 @@ def undo_deletions(
 
 
 def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -> RestoreResult:
-    """Put back the app.blob rows the run's log holds whose objects are all in the store, and record why every seed
-    source's rows cannot come back (a collection's rows: `restore_collection_rows`)."""
+    """Put back the rows of every column-mode collection (seed 000's app.blob) the run's log holds whose objects are
+    all in the store, and record why every kind's source's rows cannot come back (a collection's rows:
+    `restore_collection_rows`)."""
     result = RestoreResult()
     params = plan.params(run)
-    if plan.sources is not None and "app.blob" not in plan.sources:
-        log.info("app.blob is not among the collections restored")
-    elif not table_exists(conn, "app.blob"):  # a database of collections only: no app_blob row to put back
-        log.info("this database has no app.blob: no app_blob rows to restore")
-    else:
-        rows = logged_rows(conn, run, plan, bound_app_blob(""))
-        refused = rows_missing_objects(conn, s3, run, plan, rows)
-        if run.dry_run:
-            result.restored, result.failed = len(rows) - len(refused), len(refused)
-        elif rows:
-            items = list(dict.fromkeys(row.item for row in rows))
-            with conn.transaction():
-                for _item, outcome, detail in conn.execute(
-                    queries.load("restore/insert_blob_rows"),
-                    {**params, "items": items, "reasons": [refused.get(item) for item in items]},
-                ).fetchall():
-                    result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+    for mode in column_modes().values():
+        restore_column_mode_rows(conn, s3, run, plan, mode, result)
     for source, log_rows, objects in conn.execute(queries.load("restore/select_sources_without_rows"), params):
         if source.startswith(COLLECTION_SOURCE) and plan.source_dag_id != RECONCILE_DAG:
             continue  # a collection's log rows without images: restore_collection_rows reports them
         if plan.source_dag_id == RECONCILE_DAG:
             reason = f"{source}: no rows to restore: reconcile deletes only orphan objects, which no row accounted for"
         else:
-            reason = NOT_RESTORABLE_ROWS.get(source, f"{source}: this source's rows are not in the log")
+            reason = registry.not_restorable(source) or f"{source}: this source's rows are not in the log"
         result.note("not_restored", f"{reason} ({objects} objects in {log_rows} log rows)")
         if not run.dry_run:
             record_items(conn, run, plan, "row", "", [(source, None, "not_restored", reason)])
@@ -341,6 +315,32 @@ def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -
         result.reasons or "none",
     )
     return result
+
+
+def restore_column_mode_rows(
+    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, mode: ColumnMode, result: RestoreResult
+) -> None:
+    """Put back a column-mode collection's logged rows whose objects are all in the store, with its kind's
+    statement, noting each outcome in `result`."""
+    table, name = mode.collection.table, mode.collection.name
+    if plan.sources is not None and mode.source not in plan.sources:
+        log.info("%s is not among the collections restored", table)
+        return
+    if not table_exists(conn, table):  # a database of collections only: no such row to put back
+        log.info("this database has no %s: no %s rows to restore", table, name)
+        return
+    rows = logged_rows(conn, run, plan, mode.bound(""))
+    refused = rows_missing_objects(conn, s3, run, plan, rows)
+    if run.dry_run:
+        result.restored, result.failed = len(rows) - len(refused), len(refused)
+    elif rows:
+        items = list(dict.fromkeys(row.item for row in rows))
+        with conn.transaction():
+            for _item, outcome, detail in conn.execute(
+                queries.load(mode.statement("restore/insert_rows")),
+                {**plan.params(run), "items": items, "reasons": [refused.get(item) for item in items]},
+            ).fetchall():
+                result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
 
 
 def restore_collection_rows(

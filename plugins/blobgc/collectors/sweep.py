@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from blobgc.core.collections import APP_BLOB, BoundCollection
+from blobgc.core.collections import BoundCollection, column_modes
 from blobgc.core.key_space import KeyRange
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
@@ -35,6 +35,7 @@ from blobgc.core.plans import (
     record_outcome,
     restart_planning,
 )
+from blobgc.core.queries import Statement
 from blobgc.core.references import (
     ReferencesChanged,
     ReferenceSet,
@@ -49,7 +50,6 @@ from blobgc.core.sizes import human_bytes
 
 log = logging.getLogger(__name__)
 
-SOURCE = APP_BLOB.source
 # ON DELETE RESTRICT raises restrict_violation (23001); NO ACTION raises foreign_key_violation (23503).
 REFERENCE_VIOLATIONS = (psycopg.errors.RestrictViolation, psycopg.errors.ForeignKeyViolation)
 SAMPLE_KEYS = 20
@@ -94,15 +94,15 @@ def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> 
         "locking": sql.SQL("") if dry_run else sql.SQL("FOR UPDATE OF t SKIP LOCKED"),
     }
 
-    def load(name: str) -> sql.Composed:
+    def load(name: str | Statement) -> sql.Composed:
         return bound.statement(name, **parts)
 
-    if c.column_mode:
+    if (mode := c.mode) is not None:  # the kind's own statements, on the table's own mark columns
         return SweepStatements(
-            load("sweep/select_unused_blobs"),
-            load("sweep/delete_blobs"),
-            load("sweep/select_unreferenced_blobs"),
-            load("sweep/update_blobs_used"),
+            load(mode.statement("sweep/select_unused_rows")),
+            load(mode.statement("sweep/delete_rows")),
+            load(mode.statement("sweep/select_unreferenced_rows")),
+            load(mode.statement("sweep/update_rows_used")),
         )
     return SweepStatements(
         load("collections/select_unused_rows"),
@@ -130,10 +130,10 @@ def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids
     return delete_unreferenced(conn, statement, ids[:mid]) + delete_unreferenced(conn, statement, ids[mid:])
 
 
-def range_part(key_range: KeyRange, collection: str = APP_BLOB.name) -> str:
-    """The name of a sweep's share of a dry-run report: its collection (but app_blob, as before) and id range."""
+def range_part(key_range: KeyRange, collection: str | None = None) -> str:
+    """The name of a sweep's share of a plan: its collection (none for a column-mode one, as before) and id range."""
     ids = f"ids {key_range[0] or 'start'}..{key_range[1] or 'end'}"
-    return ids if collection == APP_BLOB.name else f"{collection} {ids}"
+    return ids if collection is None or collection in column_modes() else f"{collection} {ids}"
 
 
 def sweep_batch(
@@ -275,7 +275,7 @@ def count_not_planned(
         "never_eligible": never,
         "referenced": referenced_ids_query(refs, "range"),
     }
-    if c.column_mode:  # app_blob's own columns
+    if c.column_mode:  # the table's own columns
         parts.update(unused=sql.SQL("t.unused"), unused_since=sql.SQL("t.updated_at"), mark_join=sql.SQL(""))
     else:  # blobgc.mark_<name>; before the collection's first real mark there is none: no row has been found unused
         marks = (
@@ -427,15 +427,9 @@ def plan_collection(
                 sizes=sizes,
                 row_ids=[str(r[0]) for r in rows],
                 modified_before=cutoff,
+                rows=len(rows),
             )
             batch_bytes = sum(size or 0 for _, size, _ in rows)
-            if run.dry_run:
-                record_deletions(
-                    conn, run, source=bound.collection.source, bucket=bound.bucket, keys=keys, sizes=sizes, part=part
-                )
-                add_counts(
-                    conn, run, rows=len(rows), objects=len(keys), bytes_=batch_bytes, part=part, collection=bound.name
-                )
         result.batches += 1
         result.rows_deleted += len(rows)
         result.objects_owed += len(keys)

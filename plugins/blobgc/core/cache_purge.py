@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
+from redis import Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
@@ -44,14 +45,15 @@ class PurgeResult(TaskResult):
     keys_owed: int = 0
 
 
-def unlink_groups(redis, keys: Sequence[str]) -> list[Sequence[str]]:
+def unlink_groups(redis: Redis | RedisCluster, keys: Sequence[str]) -> list[Sequence[str]]:
     """The keys as the variadic UNLINKs that send them: up to 1000 a command, and on Redis Cluster one hash
     slot a command (a multi-key command across slots fails with CROSSSLOT)."""
     if not isinstance(redis, RedisCluster):
         return list(chunked(keys, KEYS_PER_COMMAND))
     by_slot: dict[int, list[str]] = {}
     for key in keys:
-        by_slot.setdefault(redis.keyslot(key), []).append(key)
+        slot = redis.keyslot(key)  # type: ignore[no-untyped-call]  # redis-py leaves RedisCluster.keyslot unannotated
+        by_slot.setdefault(slot, []).append(key)
     return [chunk for slot in sorted(by_slot) for chunk in chunked(by_slot[slot], KEYS_PER_COMMAND)]
 
 
@@ -64,12 +66,12 @@ def owe_cache_purge(conn: psycopg.Connection, run: RunRef, keys: Sequence[str]) 
 
 
 def owed_cache_keys(conn: psycopg.Connection, dag_id: str) -> int:
-    return int(conn.execute(queries.load("cache/summarize_owed_cache_purges"), {"dag_id": dag_id}).fetchone()[0])
+    return int(queries.one_row(conn.execute(queries.load("cache/summarize_owed_cache_purges"), {"dag_id": dag_id}))[0])
 
 
 def purge_owed_cache_keys(
     conn: psycopg.Connection,
-    redis,
+    redis: Redis | RedisCluster,
     run: RunRef,
     *,
     rows_per_round_trip: int = 10,

@@ -7,6 +7,7 @@ hooks; tests and benchmarks use the `*_from_env` functions here.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import boto3
 import psycopg
@@ -34,7 +35,7 @@ def require_env(name: str) -> str:
     return value
 
 
-def pg_connect(conninfo: str, **kwargs) -> psycopg.Connection:
+def pg_connect(conninfo: str, **kwargs: Any) -> psycopg.Connection:
     """A psycopg 3 connection in autocommit mode: every unit of work opens `conn.transaction()` itself.
 
     Statements are not auto-prepared, so each key range gets a plan for its own bounds. Parallel
@@ -50,15 +51,15 @@ def pg_connect(conninfo: str, **kwargs) -> psycopg.Connection:
     return conn
 
 
-def pg_connect_from_env(**kwargs) -> psycopg.Connection:
+def pg_connect_from_env(**kwargs: Any) -> psycopg.Connection:
     return pg_connect(require_env("BLOBGC_PG_DSN"), **kwargs)
 
 
-def s3_client(endpoint_url: str | None = None, **kwargs):
+def s3_client(endpoint_url: str | None = None, **kwargs: Any) -> Any:
     return boto3.client("s3", endpoint_url=endpoint_url, config=S3_CONFIG, **kwargs)
 
 
-def s3_client_from_env():
+def s3_client_from_env() -> Any:
     return s3_client(
         require_env("BLOBGC_S3_ENDPOINT"),
         aws_access_key_id=require_env("AWS_ACCESS_KEY_ID"),

@@ -21,8 +21,8 @@ Checking happens in two steps, and both name the collection and the field of any
 1. `load_collections` reads the file and checks its shape (pydantic): names, identifiers, templates
    (every placeholder a plain name, literal text before the first one and between any two: `{a}{b}`
    cannot be told apart), no two collections under overlapping prefixes of one bucket, no name twice.
-   `blobgc.core.keys.load_checked_collections` also refuses a prefix that overlaps one of blobgc's own
-   seed layouts (`pastes/`, `mail/`, ...) in the default bucket, where that layout's table exists.
+   `blobgc.core.keys.load_checked_collections` also refuses a prefix that overlaps one of the installed
+   kinds' bucket-wide layouts in the default bucket, where that layout's table exists.
 2. `bind` checks a collection against the live catalog: the table and every named column exist, the
    id is the primary key or a unique NOT NULL column, the size is a number, every reference query
    runs and returns one column of ids. It returns a `BoundCollection`, which knows each column's type.
@@ -36,9 +36,9 @@ the look-up to rows whose first comparable column holds a value some reading giv
 decide. A key with no reading whose values fit their columns' text forms (`text_form_of`: a bigint is
 digits, a uuid is lower-case hex) is of no template's shape: reconcile reports it and never deletes it.
 
-`app_blob` (the demo's `app.blob`) keeps its mark state in its own columns (docs/reference.md §3); every
-other collection keeps it in blobgc's own table `blobgc.mark_<name>`, and no column is ever added
-to a user's table.
+A collection a kind declares in *column mode* (`ColumnMode`: seed 000's app_blob, by the kind `blobs`) keeps
+its mark state in its own table's columns, with the kind's own statements; every other collection keeps it in
+blobgc's own table `blobgc.mark_<name>`, and no column is ever added to a user's table.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import logging
 import os
 import re
 import string
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,8 +66,6 @@ from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-COLUMN_MODE = "app_blob"  # the one collection whose mark state is its own table's columns (docs/reference.md §3)
-COLUMN_MODE_TABLE = "app.blob"
 DEFAULT_S3_CONN_ID = "blobgc_s3"
 DEFAULT_GRACE_HOURS = 24.0
 
@@ -87,7 +85,7 @@ CHARACTER_TYPES = re.compile(r"text|character varying(?:\(\d+\))?|character(?:\(
 MAX_READINGS = 64  # readings of one key by one template beyond which its look-up does not narrow by value
 EXPECTED = {  # what a field that fails its pattern must look like
     "name": "is not a collection name: lower case letters, digits and _, starting with a letter, at most 48",
-    "table": "is not a schema-qualified table name such as app.blob",
+    "table": "is not a schema-qualified table name such as schema.table",
     "id": "is not a column name",
     "created_at": "is not a column name",
     "size": "is not a column name",
@@ -271,8 +269,14 @@ class Collection(BaseModel):
 
     @property
     def column_mode(self) -> bool:
-        """True for app_blob on app.blob: its mark state is its own `unused`/`updated_at` (docs/reference.md §3)."""
-        return self.name == COLUMN_MODE and self.table == COLUMN_MODE_TABLE
+        """True for a collection a kind declares in column mode, on its table: its mark state is its own columns."""
+        return self.mode is not None
+
+    @property
+    def mode(self) -> ColumnMode | None:
+        """The column mode a kind declares for this collection's name and table, if any."""
+        mode = column_modes().get(self.name)
+        return mode if mode is not None and mode.collection.table == self.table else None
 
     @property
     def schema_name(self) -> str:
@@ -293,8 +297,9 @@ class Collection(BaseModel):
 
     @property
     def source(self) -> str:
-        """The deletion log's source for this collection's objects."""
-        return COLUMN_MODE_TABLE if self.column_mode else f"collection:{self.name}"
+        """The deletion log's source for this collection's objects (a column-mode collection's: its kind's layout's)."""
+        mode = self.mode
+        return mode.source if mode is not None else f"{COLLECTION_SOURCE}{self.name}"
 
     def bucket_or(self, default: str) -> str:
         return self.bucket or default
@@ -304,8 +309,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """A YAML loader that refuses a key given twice in one mapping (PyYAML would keep the last silently)."""
 
 
-def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
+def _mapping_without_duplicates(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Hashable, Any]:
+    seen: set[object] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
@@ -353,10 +360,11 @@ def parse_collections(
     if not found:
         raise CollectionsError(f"{source}: `collections` is empty; declare at least one")
     for c in found.values():
-        if c.column_mode and c.keys != APP_BLOB.keys:  # its objects are judged by seed 000's own layout
+        mode = c.mode
+        if mode is not None and c.keys != mode.collection.keys:  # its objects are judged by its kind's own layout
             raise CollectionsError(
-                f"{source}: collection {c.name!r}, field 'keys': app_blob on app.blob keeps seed "
-                f"000's objects, {APP_BLOB.keys}; declare other keys as a collection of its own"
+                f"{source}: collection {c.name!r}, field 'keys': {c.name} on {c.table} keeps {mode.what}, "
+                f"{mode.collection.keys}; declare other keys as a collection of its own"
             )
     check_prefixes(found, source=source, default_bucket=default_bucket)
     return found
@@ -489,8 +497,9 @@ class BoundCollection:
             sql.SQL(", ").join(t.expression(alias) for t in self.collection.templates)
         )
 
-    def statement(self, name: str, **parts: sql.Composable) -> sql.Composed:
-        """blobgc/sql/<name>.sql with the collection's {table}, {id}, {type} and {marks} filled in, and `parts`."""
+    def statement(self, name: str | queries.Statement, **parts: sql.Composable) -> sql.Composed:
+        """blobgc/sql/<name>.sql (or a kind's Statement) with the collection's {table}, {id}, {type} and {marks}
+        filled in, and `parts`."""
         c = self.collection
         return sql.SQL(queries.load(name)).format(
             table=c.table_identifier, id=sql.Identifier(c.id), type=sql.SQL(self.id_type), marks=c.mark_table, **parts
@@ -512,31 +521,68 @@ class BoundCollection:
         return table_exists(conn, f"blobgc.mark_{self.name}")
 
 
-# The demo's app.blob as docs/reference.md §6's example file declares it (what include/collections.yaml holds).
-APP_BLOB = Collection(
-    name=COLUMN_MODE,
-    table=COLUMN_MODE_TABLE,
-    id="id",
-    created_at="created_at",
-    size="size_bytes",
-    keys=["blobs/{id}/raw", "blobs/{id}/thumbnail"],
-)
+COLLECTION_SOURCE = "collection:"  # the deletion-log source of a collection not in column mode: collection:<name>
 
 
-def bound_app_blob(bucket: str) -> BoundCollection:
-    """APP_BLOB bound without asking the catalog: its columns are docs/reference.md §3's."""
-    return BoundCollection(
-        APP_BLOB, {"id": "text", "created_at": "timestamp with time zone", "size_bytes": "bigint"}, bucket
-    )
+@dataclass(frozen=True)
+class ColumnMode:
+    """A collection that keeps its mark state in its own table's columns, as the kind that owns it declares it.
+
+    `collection` is the declaration the collections file must give it (its table and keys); `what` says whose
+    objects those keys are; `source` is the
+    deletion-log source of its objects (the kind's key layout); `column_types` binds it without the catalog (a
+    restore of a table dropped since); its table has the columns `unused` and `updated_at` (since when), which
+    the sweep's counts read; `statements` names the kind's statements for the steps that differ from a
+    mark table's (`mark/select_marks`, `sweep/select_unused_rows`, ...); `mark_tables` are the tables its mark
+    also writes, with the privileges it uses there.
+    """
+
+    collection: Collection
+    what: str  # whose objects its keys are, in words ("seed 000's objects")
+    source: str
+    column_types: Mapping[str, str]
+    statements: Mapping[str, queries.Statement]
+    mark_tables: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def statement(self, step: str) -> queries.Statement:
+        return self.statements[step]
+
+    def bound(self, bucket: str) -> BoundCollection:
+        """The collection bound without asking the catalog: its columns are the kind's."""
+        return BoundCollection(self.collection, dict(self.column_types), bucket)
 
 
-COLLECTION_SOURCE = "collection:"  # the deletion-log source of a collection other than app_blob: collection:<name>
+@dataclass
+class _ColumnModes:
+    modes: dict[str, ColumnMode] = field(default_factory=dict)
+    installed: bool = False
+
+
+COLUMN_MODES = _ColumnModes()
+
+
+def install_column_modes(modes: Iterable[ColumnMode]) -> None:
+    """Register the kinds' column-mode collections (`blobgc.core.registry.install` calls it)."""
+    COLUMN_MODES.modes, COLUMN_MODES.installed = {m.collection.name: m for m in modes}, True
+
+
+def column_modes() -> dict[str, ColumnMode]:
+    """The column-mode collections by name; raises until the kinds are installed (a collection must never be
+    taken for one with a mark table because nobody installed its kind)."""
+    if not COLUMN_MODES.installed:
+        raise RuntimeError("no kind of collector is installed: import blobgc.kinds before reading collections")
+    return COLUMN_MODES.modes
+
+
+def column_mode_of_source(source: str) -> ColumnMode | None:
+    """The column-mode collection whose objects a deletion-log source names, if any."""
+    return next((m for m in column_modes().values() if m.source == source), None)
 
 
 def collection_of_source(source: str) -> str | None:
-    """The collection whose objects a deletion-log source names, or None for a seed's own source."""
-    if source == APP_BLOB.source:
-        return APP_BLOB.name
+    """The collection whose objects a deletion-log source names, or None for a kind's own source."""
+    if (mode := column_mode_of_source(source)) is not None:
+        return mode.collection.name
     return source[len(COLLECTION_SOURCE) :] if source.startswith(COLLECTION_SOURCE) else None
 
 
@@ -659,7 +705,7 @@ def bind(
 
     if not table_exists(conn, collection.table):
         raise fail("table", f"table {collection.table} does not exist (or this role cannot see it)")
-    if not conn.execute("SELECT has_table_privilege(%s, 'SELECT, DELETE')", (collection.table,)).fetchone()[0]:
+    if not queries.one_row(conn.execute("SELECT has_table_privilege(%s, 'SELECT, DELETE')", (collection.table,)))[0]:
         raise fail("table", f"this role needs SELECT and DELETE on {collection.table}")
     columns = {
         name: (type_name, category, not_null)

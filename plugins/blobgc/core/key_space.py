@@ -1,6 +1,6 @@
 """Cut a table's id column into ranges, so marking and sweeping work range by range, in parallel.
 
-Works on any table with an id column of any ordered type (app.blob's text ids, a collection's bigint
+Works on any table with an id column of any ordered type (text ids, a collection's bigint
 or uuid ids); range bounds travel as text and are cast back to the id's type in SQL.
 """
 
@@ -20,7 +20,7 @@ KeyRange = tuple[str | None, str | None]  # [lo, hi); None is open-ended
 class IdColumn:
     """A table's id column and its type: what ranges are cut over."""
 
-    table: str = "app.blob"  # schema-qualified
+    table: str  # schema-qualified
     column: str = "id"
     type: str = "text"
 
@@ -30,19 +30,16 @@ class IdColumn:
         )
 
 
-BLOB_IDS = IdColumn()
-
-
-def key_ranges(conn: psycopg.Connection, range_size: int, ids: IdColumn = BLOB_IDS) -> list[KeyRange]:
+def key_ranges(conn: psycopg.Connection, range_size: int, ids: IdColumn) -> list[KeyRange]:
     """Ranges [lo, hi) of about `range_size` ids covering every row; None bounds are open.
 
     The cuts come from the planner's histogram of ids, so no scan is needed; the first and last
     ranges are open, so rows outside stale statistics are still covered. Without statistics (a new
     or small table) the cuts are found by walking the index.
     """
-    rows, bounds = conn.execute(
-        queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column}
-    ).fetchone()
+    rows, bounds = queries.one_row(
+        conn.execute(queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column})
+    )
     if bounds and rows > 0:
         wanted = max(1, -(-int(rows) // range_size))
         step = max(1, len(bounds) // wanted)
@@ -62,13 +59,13 @@ def key_ranges(conn: psycopg.Connection, range_size: int, ids: IdColumn = BLOB_I
     return ranges or [(None, None)]
 
 
-def split_key_space(conn: psycopg.Connection, parts: int, ids: IdColumn = BLOB_IDS) -> list[KeyRange]:
+def split_key_space(conn: psycopg.Connection, parts: int, ids: IdColumn) -> list[KeyRange]:
     """About `parts` ranges of similar size covering every row (one per parallel worker)."""
     if parts <= 1:
         return [(None, None)]
-    rows = conn.execute(
-        queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column}
-    ).fetchone()[0]
+    rows = queries.one_row(
+        conn.execute(queries.load("key_space/select_id_histogram"), {"table": ids.table, "column": ids.column})
+    )[0]
     if rows <= 0:
-        rows = conn.execute(ids.format("key_space/count_rows")).fetchone()[0]
+        rows = queries.one_row(conn.execute(ids.format("key_space/count_rows")))[0]
     return key_ranges(conn, max(1, -(-rows // parts)), ids)

@@ -9,7 +9,7 @@ The crawler holds the URL hash's stripe alone while it downloads, so two runs ne
 
 **Generations** (seed 003). A writer holds the generation it writes into *shared* until it
 commits; the collector holds a generation *alone* from before its reference scan to its last
-deletion, and so does the drain's guard for `mail/` keys. Either the writer committed first (its
+deletion, and so does the drain's guard of its keys. Either the writer committed first (its
 reference is seen) or it waits and then finds a newer current generation.
 """
 

@@ -12,10 +12,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 log = logging.getLogger(__name__)
+
+Item = TypeVar("Item")
 
 MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
 # Error codes worth another try: throttling and server-side failures.
@@ -55,8 +58,9 @@ class DeleteOutcome:
     permanent: set[str] = field(default_factory=set)  # failed keys whose error no retry can fix (AccessDenied)
 
 
-def chunked(items: Sequence[str] | Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
+def chunked(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """`items` in lists of `size` (the last one shorter)."""
+    batch: list[Item] = []
     for item in items:
         batch.append(item)
         if len(batch) == size:
@@ -94,12 +98,12 @@ def backoff_delay(attempt: int, base_delay: float, max_delay: float = 20.0) -> f
     return random.uniform(0, min(max_delay, base_delay * (2**attempt)))
 
 
-def versioning_status(client, bucket: str) -> str:
+def versioning_status(client: Any, bucket: str) -> str:
     """The bucket's versioning: "Enabled", "Suspended", or "" when it was never enabled."""
     return client.get_bucket_versioning(Bucket=bucket).get("Status") or ""
 
 
-def bucket_is_versioned(client, bucket: str) -> bool:
+def bucket_is_versioned(client: Any, bucket: str) -> bool:
     """Whether deleting from `bucket` leaves a delete marker: versioning Enabled, or Suspended with old versions."""
     return versioning_status(client, bucket) in ("Enabled", "Suspended")
 
@@ -111,7 +115,7 @@ def check_batch_size(batch_size: int) -> None:
 
 
 def delete_objects_in_batches(
-    client,
+    client: Any,
     bucket: str,
     keys: Iterable[str],
     *,
@@ -165,7 +169,7 @@ def delete_objects_in_batches(
 
 
 def delete_chunk(
-    client,
+    client: Any,
     bucket: str,
     chunk: list[str],
     *,
@@ -212,14 +216,14 @@ def delete_chunk(
     return outcome
 
 
-def first_key(client, bucket: str, prefix: str, start_after: str) -> str | None:
+def first_key(client: Any, bucket: str, prefix: str, start_after: str) -> str | None:
     """The first key under `prefix` after `start_after`, or None: one listing call of one key."""
     page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=1)
     contents = page.get("Contents") or []
     return contents[0]["Key"] if contents else None
 
 
-def leading_shards(client, bucket: str, prefix: str, chars: int = 1) -> list[str]:
+def leading_shards(client: Any, bucket: str, prefix: str, chars: int = 1) -> list[str]:
     """The distinct `prefix` + `chars` characters that the bucket's keys under `prefix` start with, in
     order: one listing call per shard found, skipping each shard whole."""
     found, after = [], prefix
@@ -230,7 +234,7 @@ def leading_shards(client, bucket: str, prefix: str, chars: int = 1) -> list[str
     return found
 
 
-def listing(client, bucket: str, prefix: str) -> Iterator[dict]:
+def listing(client: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
     """Every object under a prefix, in key order."""
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         yield from page.get("Contents", [])
@@ -252,12 +256,12 @@ class ObjectStat:
     modified: datetime
 
 
-def object_sizes(client, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
+def object_sizes(client: Any, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
     """The size, as the store reports it, of each of `keys` that exists now (its current version)."""
     return {key: stat.size for key, stat in object_stats(client, bucket, keys, concurrency=concurrency).items()}
 
 
-def object_stats(client, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+def object_stats(client: Any, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
     """Size and LastModified, as the store reports them now, of each of `keys` that exists (its current version).
 
     The keys are sorted and cut into runs of about 1000. Each run is probed with one small ListObjectsV2
@@ -278,7 +282,7 @@ def object_stats(client, bucket: str, keys: Iterable[str], *, concurrency: int =
     return found
 
 
-def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
+def list_dense_run(client: Any, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
     """List a sorted run of keys while the listing is mostly made of them; returns (objects found, keys left to
     HEAD)."""
     found: dict[str, ObjectStat] = {}
@@ -302,7 +306,7 @@ def list_dense_run(client, bucket: str, run: list[str]) -> tuple[dict[str, Objec
     return found, []
 
 
-def head_stats(client, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+def head_stats(client: Any, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
     """HEAD each key: the size and LastModified of those that exist now."""
 
     def head(key: str) -> tuple[str, ObjectStat | None]:

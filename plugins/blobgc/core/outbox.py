@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
@@ -102,7 +103,8 @@ class DrainPolicy:
         """The wait before the next attempt after `failures` permanent failures in a row (none after the first)."""
         if failures <= 1:
             return timedelta(0)
-        return min(self.backoff_max, self.backoff_base * 4 ** (failures - 2))
+        factor: int = 4 ** (failures - 2)  # an int: failures >= 2 here (typeshed types int ** int as Any)
+        return min(self.backoff_max, self.backoff_base * factor)
 
 
 DEFAULT_POLICY = DrainPolicy()
@@ -217,19 +219,21 @@ def owe_upload_intent(
     uploaded.
     """
     with conn.transaction():
-        (log_id,) = conn.execute(
-            queries.load("outbox/insert_upload_intent"),
-            {
-                "dag_id": dag_id,
-                "run_id": run_id,
-                "source": source,
-                "bucket": bucket,
-                "keys": list(keys),
-                "sizes": list(sizes),
-                "hold": UPLOAD_INTENT_HOLD,
-            },
-        ).fetchone()
-    return log_id
+        (log_id,) = queries.one_row(
+            conn.execute(
+                queries.load("outbox/insert_upload_intent"),
+                {
+                    "dag_id": dag_id,
+                    "run_id": run_id,
+                    "source": source,
+                    "bucket": bucket,
+                    "keys": list(keys),
+                    "sizes": list(sizes),
+                    "hold": UPLOAD_INTENT_HOLD,
+                },
+            )
+        )
+    return int(log_id)
 
 
 def cancel_upload_intent(conn: psycopg.Connection, log_id: int) -> None:
@@ -239,7 +243,7 @@ def cancel_upload_intent(conn: psycopg.Connection, log_id: int) -> None:
 
 def owed_summary(conn: psycopg.Connection, dag_id: str) -> tuple[int, int, int, int]:
     """(owed objects, their known bytes, highest attempt count, parked objects) for one DAG."""
-    row = conn.execute(queries.load("outbox/summarize_owed_deletions"), {"dag_id": dag_id}).fetchone()
+    row = queries.one_row(conn.execute(queries.load("outbox/summarize_owed_deletions"), {"dag_id": dag_id}))
     return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
 
@@ -257,7 +261,9 @@ def unpark_owed_deletions(conn: psycopg.Connection, dag_id: str, log_ids: Sequen
     return len(rows)
 
 
-def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_keys: int) -> tuple[list[tuple], int]:
+def claim_owed_batches(
+    conn: psycopg.Connection, dag_id: str, after: int, max_keys: int
+) -> tuple[list[tuple[Any, ...]], int]:
     """Lock the next owed log rows of `dag_id` after `after`, about `max_keys` keys in all (at least one row).
 
     Returns the claimed rows and the log id to continue after. Rows another drain holds are
@@ -280,7 +286,7 @@ def claim_owed_batches(conn: psycopg.Connection, dag_id: str, after: int, max_ke
 
 def delete_owed_objects(
     conn: psycopg.Connection,
-    s3,
+    s3: Any,
     run: RunRef,
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
@@ -339,7 +345,7 @@ def delete_owed_objects(
 
 def drain(
     conn: psycopg.Connection,
-    s3,
+    s3: Any,
     run: RunRef,
     batch_size: int,
     concurrency: int,
@@ -397,7 +403,7 @@ class KeyOutcome:
 
 def delete_group(
     conn: psycopg.Connection,
-    s3,
+    s3: Any,
     guards: ExitStack,
     bucket: str,
     source: str,
@@ -494,9 +500,9 @@ def delete_group(
 
 def settle_batches(
     conn: psycopg.Connection,
-    s3,
+    s3: Any,
     run: RunRef,
-    rows: list[tuple],
+    rows: list[tuple[Any, ...]],
     batch_size: int,
     concurrency: int,
     policy: DrainPolicy = DEFAULT_POLICY,

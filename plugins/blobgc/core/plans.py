@@ -30,10 +30,10 @@ from typing import Any, ClassVar
 import psycopg
 from psycopg.rows import dict_row
 
-from blobgc.core import queries
-from blobgc.core.outbox import record_deletions, replace_run_log
+from blobgc.core import queries, registry
+from blobgc.core.outbox import record_deletions
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef, restart_dry_run_part, set_counts
+from blobgc.core.runs import RunRef, add_counts, restart_dry_run_part, set_counts
 from blobgc.core.settings import ConfigurationError
 from blobgc.core.sizes import human_bytes
 
@@ -200,8 +200,16 @@ def add_plan_item(
     sizes: Sequence[int | None],
     row_ids: Sequence[str] | None = None,
     modified_before: datetime | None = None,
+    rows: int | None = None,
+    counts_part: str | None = None,
 ) -> None:
-    """Add one item to `run`'s plan (call in the transaction that found it)."""
+    """Add one item to `run`'s plan (call in the transaction that found it).
+
+    On a dry run the plan is the report, recorded here for every kind: the item's keys are logged
+    (`blobgc.deletion_log`, `dry_run = true`, under `part`) and, given `rows` (the rows the item deletes), the
+    counters of `counts_part` (default `part`) grow by its rows, objects and bytes. A kind that counts a part once
+    elsewhere (parallel planners would race on the same counters) passes no `rows`.
+    """
     if not keys and not row_ids:
         return
     conn.execute(
@@ -220,6 +228,53 @@ def add_plan_item(
             "modified_before": modified_before,
         },
     )
+    if run.dry_run:
+        record_deletions(
+            conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, part=part, modified_before=modified_before
+        )
+        if rows is not None:
+            add_counts(
+                conn,
+                run,
+                rows=rows,
+                objects=len(keys),
+                bytes_=sum(s or 0 for s in sizes),
+                part=counts_part or part,
+                collection=collection,
+            )
+
+
+def plan_objects(
+    conn: psycopg.Connection,
+    run: RunRef,
+    *,
+    part: str,
+    source: str,
+    bucket: str,
+    keys: Sequence[str],
+    sizes: Sequence[int],
+    modified_before: datetime,
+    batch_size: int,
+    collection: str | None = None,
+    counts_part: str | None = None,
+    count: bool = False,
+) -> None:
+    """Plan objects no row accounts for (found by a listing or an inventory), an item per `batch_size` keys, each
+    with the cut-off they were judged by; with `count`, a dry run counts them under `counts_part` as it goes."""
+    for start in range(0, len(keys), batch_size):
+        add_plan_item(
+            conn,
+            run,
+            part=part,
+            collection=collection,
+            source=source,
+            bucket=bucket,
+            keys=keys[start : start + batch_size],
+            sizes=sizes[start : start + batch_size],
+            modified_before=modified_before,
+            rows=0 if count else None,
+            counts_part=counts_part,
+        )
 
 
 def plan_listed_objects(
@@ -238,27 +293,23 @@ def plan_listed_objects(
     earlier attempt of the task planned there (a retry lists again and plans each key once).
 
     Each item keeps the cut-off the objects were judged by (`modified_before`): when the plan is executed
-    (`owe_planned_objects`), the drain keeps an object written again since. A dry run also logs the keys in
-    `blobgc.deletion_log` (`dry_run = true`) and sets the part's counters: its report.
+    (`owe_planned_objects`), the drain keeps an object written again since. On a dry run the items are the
+    report (`add_plan_item` logs their keys) and the part's counters are set.
     """
-    restart_plan_part(conn, run, part)
+    restart_planning(conn, run, part)
     with conn.transaction():
-        for start in range(0, len(keys), batch_size):
-            add_plan_item(
-                conn,
-                run,
-                part=part,
-                collection=None,
-                source=source,
-                bucket=bucket,
-                keys=keys[start : start + batch_size],
-                sizes=sizes[start : start + batch_size],
-                modified_before=modified_before,
-            )
-        if run.dry_run:
-            replace_run_log(
-                conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size, part=part
-            )
+        plan_objects(
+            conn,
+            run,
+            part=part,
+            source=source,
+            bucket=bucket,
+            keys=keys,
+            sizes=sizes,
+            modified_before=modified_before,
+            batch_size=batch_size,
+        )
+        if run.dry_run:  # the items logged the keys; the part's counters are set once
             set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=part)
 
 
@@ -449,12 +500,7 @@ def execution_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> Exe
 PLAN_SIZE_SOURCES: dict[str, str] = {
     "blobgc_sweep": "the table's size column, on each row's first key only",
     "blobgc_reconcile": "the store's listing (or inventory report) when the plan was made",
-    "blobgc_media_staging": "the store's listing when the plan was made",
-    "blobgc_media_thumbnails": "the store's listing when the plan was made",
-    "blobgc_paste_expiry": "app.content.size_bytes",
-    "blobgc_image_cleanup": "the sizes recorded when the files were uploaded (blobgc.image_file; older files: unknown)",
-    "blobgc_generations": "gen.blob.size_bytes",
-}
+}  # and a kind's DAG: what its kind declares (blobgc.core.registry.DagNeeds.plan_sizes)
 PLAN_SIZE_SOURCE = "what the plan recorded when it was made (blobgc.plan_item.sizes)"
 COUNTED_SIZE_SOURCE = (
     "each deleted object's size as the drain counted it: the size logged for its key where there is "
@@ -464,6 +510,9 @@ COUNTED_SIZE_SOURCE = (
 
 def plan_size_source(dag_id: str) -> str:
     """Where `dag_id`'s plan takes its sizes from, in words."""
+    needs = registry.dag_needs(dag_id)
+    if needs is not None and needs.plan_sizes:
+        return needs.plan_sizes
     return PLAN_SIZE_SOURCES.get(dag_id, PLAN_SIZE_SOURCE)
 
 

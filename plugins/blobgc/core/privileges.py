@@ -20,9 +20,9 @@ What each DAG touches, worked out from its collectors and their SQL:
   foreign key to it and every relation its `references` queries read, with USAGE on their schemas (mark,
   sweep, reconcile, and restore when Param `collections` makes it check them); CREATE on schema blobgc for
   the first real mark of a collection, which creates `blobgc.mark_<name>`; app_blob's mark also removes
-  stale page usages (`app.page_using_blob`: UPDATE for `FOR UPDATE`, DELETE); reconcile reads the seed
-  tables it reconciles, where they exist, and its drain's guard inserts placeholder rows into `app.content`;
-- the seed DAGs: the tables of `SEED_TABLES`;
+  stale page usages (the column mode's `mark_tables`: UPDATE for `FOR UPDATE`, DELETE); reconcile reads the
+  tables of the installed kinds' layouts, where they exist, with the privileges their kinds declare;
+- the kinds' DAGs: the tables and sequences their kind declares (`blobgc.core.registry.DagNeeds`);
 - `python -m blobgc.migrate` (`migrate_needs`): CREATE on the database while schema blobgc does not exist
   (`CREATE SCHEMA`); once it exists (made by a DBA, say), USAGE and CREATE on it, and SELECT and INSERT on
   its bookkeeping table.
@@ -36,14 +36,14 @@ from dataclasses import dataclass
 
 import psycopg
 
-from blobgc.core import queries
+from blobgc.core import queries, registry
 from blobgc.core.collections import Collection
+from blobgc.core.registry import ALL_DML
 from blobgc.core.settings import ConfigurationError
 
 BLOBGC_SCHEMA = "blobgc"
 # The order privileges are named in a GRANT, whatever order they were found missing in.
 PRIVILEGE_ORDER = ("USAGE", "CREATE", "CONNECT", "TEMPORARY", "SELECT", "INSERT", "UPDATE", "DELETE")
-ALL_DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 # dag_id -> the privileges it needs on each collection's table, and why (docs/reference.md §6's four DAGs)
 COLLECTION_TABLE: dict[str, tuple[tuple[str, str], ...]] = {
@@ -61,35 +61,6 @@ COLLECTION_TABLE: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # the collection DAGs that check every reference (restore only when Param `collections` names collections)
 CHECKS_REFERENCES = ("blobgc_mark", "blobgc_sweep", "blobgc_reconcile")
-# reconcile's seed sources (blobgc.core.keys), where their table exists: read, and guarded by the drain
-RECONCILED_SEED_TABLES: dict[str, tuple[str, ...]] = {
-    "app.blob": ("SELECT",),
-    "app.content": ("SELECT", "INSERT"),
-    "app.image": ("SELECT",),
-    "gen.blob": ("SELECT",),
-}
-# dag_id -> table -> the privileges that seed DAG uses on it (see dag_kit/tables.py for the tables it requires)
-SEED_TABLES: dict[str, dict[str, tuple[str, ...]]] = {
-    "blobgc_paste_expiry": {
-        "app.paste": ("SELECT", "UPDATE", "DELETE"),
-        "app.content": ALL_DML,
-    },  # the drain's guard inserts placeholder rows
-    "blobgc_image_cleanup": {"app.image": ("SELECT", "UPDATE", "DELETE")},
-    "blobgc_crawler": {
-        "app.offer": ("SELECT",),
-        "app.image": ("SELECT", "INSERT", "UPDATE"),
-        "app.crawl_request": ("SELECT", "UPDATE"),
-    },
-    "blobgc_generations": {
-        "gen.generation": ("SELECT", "INSERT"),
-        "gen.blob": ("SELECT", "DELETE"),
-        "gen.reference": ("SELECT",),
-        "gen.deletion": ("SELECT", "DELETE"),
-    },
-}
-# sequences a seed DAG draws ids from (docs/reference.md §3: app.image.id is a bigserial)
-SEED_SEQUENCES: dict[str, tuple[str, ...]] = {"blobgc_crawler": ("app.image_id_seq",)}
-PAGE_USAGES = "app.page_using_blob"
 
 # A relation a `references` query may read: a schema-qualified name anywhere, or a bare one after FROM or JOIN.
 NAME = r'"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*'
@@ -173,7 +144,7 @@ def missing_privileges(conn: psycopg.Connection, needs: Iterable[Need]) -> tuple
     round trip. A need on an object that does not exist is left out: the checks of tables and migrations name it."""
     wanted = list(dict.fromkeys(needs))
     if not wanted:
-        return [], conn.execute("SELECT quote_ident(current_user)").fetchone()[0]
+        return [], queries.one_row(conn.execute("SELECT quote_ident(current_user)"))[0]
     rows = conn.execute(
         queries.load("privileges/select_missing_privileges"),
         {
@@ -220,11 +191,14 @@ def blobgc_schema_needs(conn: psycopg.Connection, what: str) -> list[Need]:
 
 
 def seed_needs(dag_id: str) -> list[Need]:
-    """What a seed DAG uses on its application's tables (SEED_TABLES) and sequences."""
-    needs = []
-    for table, privileges in SEED_TABLES.get(dag_id, {}).items():
+    """What a kind's DAG uses on its application's tables and sequences (its kind's `DagNeeds`)."""
+    needs: list[Need] = []
+    declared = registry.dag_needs(dag_id)
+    if declared is None:
+        return needs
+    for table, privileges in declared.tables.items():
         needs += on_table(table, privileges, f"{dag_id} collects from {table}")
-    for sequence in SEED_SEQUENCES.get(dag_id, ()):
+    for sequence in declared.sequences:
         needs += on_table(sequence, ("USAGE",), f"{dag_id} inserts rows that draw ids from it", kind="sequence")
     return needs
 
@@ -246,14 +220,14 @@ def collection_needs(
     for c in collections:
         for privilege, why in COLLECTION_TABLE[dag_id]:
             needs += on_table(c.table, [privilege], why.format(name=c.name))
-        if c.column_mode and dag_id == "blobgc_mark":
-            needs += on_table(c.table, ["UPDATE"], "blobgc_mark sets app_blob's unused, updated_at and visibility")
-            needs += on_table(
-                PAGE_USAGES,
-                ["SELECT", "UPDATE", "DELETE"],
-                "blobgc_mark removes the page usages not confirmed within the page grace "
-                "(DELETE … FOR UPDATE SKIP LOCKED)",
-            )
+        if (mode := c.mode) is not None and dag_id == "blobgc_mark":
+            needs += on_table(c.table, ["UPDATE"], f"blobgc_mark keeps {c.name}'s mark in its own columns")
+            for table, privileges in mode.mark_tables.items():
+                needs += on_table(
+                    table,
+                    ["SELECT", *privileges],
+                    f"blobgc_mark also writes {table} for {c.name} first (stale page usages: DELETE … FOR UPDATE)",
+                )
     if dag_id == "blobgc_mark":
         marked = {
             name
@@ -275,8 +249,10 @@ def collection_needs(
     if dag_id in CHECKS_REFERENCES or check_references:
         needs += reference_needs(conn, collections, extra_references or {})
     if dag_id == "blobgc_reconcile" and seeds:
-        present = {(s, n) for s, n in named_relations(conn, [tuple(t.split(".", 1)) for t in RECONCILED_SEED_TABLES])}
-        for table, privileges in RECONCILED_SEED_TABLES.items():
+        reconciled = registry.reconciled_tables()
+        qualified = [(schema, name) for schema, name in (t.split(".", 1) for t in reconciled)]
+        present = {(s, n) for s, n in named_relations(conn, qualified)}
+        for table, privileges in reconciled.items():
             if tuple(table.split(".", 1)) in present:
                 needs += on_table(
                     table,
@@ -370,7 +346,7 @@ def migrate_needs(
     """What the migration runner needs: CREATE on the database while `schema` does not exist (it creates it);
     once it exists, USAGE and CREATE on it (its migrations create tables there) and SELECT and INSERT on its
     bookkeeping table."""
-    if not conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}).fetchone()[0]:
+    if not queries.one_row(conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}))[0]:
         return [Need("database", "", conn.info.dbname, "CREATE", f"{what} creates schema {schema}")]
     return [
         Need("schema", "", schema, "USAGE", f"{what} creates and alters its tables"),

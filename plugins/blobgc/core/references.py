@@ -1,6 +1,6 @@
 """Find every reference to a blob table by itself: foreign keys from the catalog, plus declared extras.
 
-A table created after installation that has a foreign key to `app.blob` protects its blobs with no
+A table created after installation that has a foreign key to a collection's table protects its blobs with no
 configuration, whatever the key's shape: to the primary key or to any unique column, one column or
 several, and whatever its ON DELETE action. References that are not foreign keys can be declared as
 SQL that selects blob ids (Variable `blobgc_extra_blob_references`, a JSON list of SELECT statements
@@ -27,7 +27,6 @@ from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-BLOB_TABLE = "app.blob"
 BLOB_ID_COLUMN = "id"
 
 
@@ -64,7 +63,7 @@ class ReferenceSet:
 
     foreign_keys: tuple[Reference, ...]
     extra_sql: tuple[str, ...] = ()
-    table: str = BLOB_TABLE
+    table: str = ""  # the collection's table (empty in a set built by hand, which is never checked)
     id_column: str = BLOB_ID_COLUMN
     id_type: str = "text"
     # the oids of the foreign keys found, to notice one added since (None: a set built by hand, never checked)
@@ -80,7 +79,7 @@ class ReferenceSet:
 
 def discover_references(
     conn: psycopg.Connection,
-    target: str = BLOB_TABLE,
+    target: str,
     extra_sql: Sequence[str] = (),
     id_column: str = BLOB_ID_COLUMN,
 ) -> ReferenceSet:
@@ -142,7 +141,8 @@ def check_unchanged(conn: psycopg.Connection, refs: ReferenceSet) -> None:
     if refs.fingerprint is None:
         return
     now = tuple(
-        conn.execute(queries.load("references/select_foreign_key_oids"), {"target": refs.table}).fetchone()[0] or ()
+        queries.one_row(conn.execute(queries.load("references/select_foreign_key_oids"), {"target": refs.table}))[0]
+        or ()
     )
     if now != refs.fingerprint:
         raise ReferencesChanged(f"the foreign keys to {refs.table} changed while the sweep ran")
@@ -158,7 +158,7 @@ def check_extra_query(conn: psycopg.Connection, index: int, text: str, id_type: 
             cursor = conn.execute(probe)
             columns = cursor.description or []
             types = [
-                conn.execute(queries.load("references/select_type_category"), {"oid": c.type_code}).fetchone()
+                queries.one_row(conn.execute(queries.load("references/select_type_category"), {"oid": c.type_code}))
                 for c in columns
             ]
     except psycopg.Error as error:

@@ -14,11 +14,18 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from botocore.exceptions import ClientError
 
-from blobgc.core.collections import APP_BLOB, COLLECTION_SOURCE, Collection, collections_path
+from blobgc.core.collections import (
+    COLLECTION_SOURCE,
+    BoundCollection,
+    Collection,
+    collections_path,
+    column_mode_of_source,
+)
 from blobgc.core.objects import error_code, is_transient
 from blobgc.core.settings import ConfigurationError
 
@@ -89,10 +96,9 @@ def source_origin(source: str) -> str:
         return f"collection {source[len(COLLECTION_SOURCE) :]!r}, collections file {collections_path()}"
     if source.startswith("media."):
         return MEDIA_BUCKET_VARIABLE
-    if source == APP_BLOB.source:
-        return (
-            f"{RUN_BUCKET_VARIABLE}, or collection {APP_BLOB.name!r}'s bucket in collections file {collections_path()}"
-        )
+    if (mode := column_mode_of_source(source)) is not None:
+        name = mode.collection.name
+        return f"{RUN_BUCKET_VARIABLE}, or collection {name!r}'s bucket in collections file {collections_path()}"
     return RUN_BUCKET_VARIABLE
 
 
@@ -153,7 +159,7 @@ def naming_bucket(bucket: str, origin: str) -> Iterator[None]:
         raise refusal from error
 
 
-def check_bucket(s3, bucket: str, origin: str, *, listing_needed: bool = True) -> None:
+def check_bucket(s3: Any, bucket: str, origin: str, *, listing_needed: bool = True) -> None:
     """Fail at once, naming `bucket` and `origin`, when the bucket is missing or may not be listed: one listing
     call of one key. Without `listing_needed` (a step that only deletes: its credentials may delete without
     listing), a bucket that refuses the listing is not probed further, with a warning, and only a missing one
@@ -167,7 +173,7 @@ def check_bucket(s3, bucket: str, origin: str, *, listing_needed: bool = True) -
         log.warning("bucket %r could not be probed (%s); the drain names any deletion it refuses", bucket, denied)
 
 
-def collection_bucket_origins(collections: Iterable, run_bucket: str) -> dict[str, list[str]]:
+def collection_bucket_origins(collections: Iterable[BoundCollection], run_bucket: str) -> dict[str, list[str]]:
     """The bucket of each bound collection (`BoundCollection`), with what points at it: the collection, or Variable
     blobgc_bucket for one the file names no bucket for."""
     origins: dict[str, list[str]] = {}
@@ -181,7 +187,7 @@ def collection_bucket_origins(collections: Iterable, run_bucket: str) -> dict[st
     return origins
 
 
-def check_buckets(s3, origins: dict[str, list[str]], *, listing_needed: bool = True) -> None:
+def check_buckets(s3: Any, origins: dict[str, list[str]], *, listing_needed: bool = True) -> None:
     """`check_bucket` for every bucket something points at (bucket -> what points at it)."""
     for bucket, pointers in origins.items():
         check_bucket(s3, bucket, "; ".join(pointers), listing_needed=listing_needed)

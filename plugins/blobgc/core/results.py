@@ -7,13 +7,14 @@ that the task wrote.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import field, fields
 from typing import Any, TypeVar
 
 R = TypeVar("R", bound="TaskResult")
 
 
-def local(default_factory=list) -> Any:
+def local(default_factory: Callable[[], Any] = list) -> Any:
     """A result field kept out of XCom (it stays in the task's log)."""
     return field(default_factory=default_factory, repr=False, metadata={"xcom": False})
 

@@ -43,10 +43,12 @@ def ensure_run(conn: psycopg.Connection, run: RunRef, requested_time: datetime |
     retry of a run applies the same cut-offs. A requested time in the future is logged as clamped.
     """
     with conn.transaction():
-        reference, now = conn.execute(
-            queries.load("runs/upsert_run"),
-            {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "reference_time": requested_time},
-        ).fetchone()
+        reference, now = queries.one_row(
+            conn.execute(
+                queries.load("runs/upsert_run"),
+                {"dag_id": run.dag_id, "run_id": run.run_id, "dry_run": run.dry_run, "reference_time": requested_time},
+            )
+        )
     reference = reference or now
     if requested_time is not None and requested_time > reference:
         log.warning(

@@ -114,7 +114,8 @@ class MediaSettings:
                 bucket_prefix=bucket_prefix,
                 file_limit_bytes=int(extra.get("file_limit_mb", defaults.file_limit_bytes / MIB) * MIB),
                 monthly_limit_bytes=int(extra.get("monthly_limit_mb", defaults.monthly_limit_bytes / MIB) * MIB),
-                **sizes,
+                image_thumbs=sizes.get("image_thumbs", defaults.image_thumbs),
+                icon_thumbs=sizes.get("icon_thumbs", defaults.icon_thumbs),
             )
         except (TypeError, ValueError) as error:
             raise ConfigurationError(

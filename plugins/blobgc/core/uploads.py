@@ -7,19 +7,18 @@ the keys owed: the cleaning DAG's drain deletes them, unless (its guard sees) a 
 intent is due to the drain only after `blobgc.core.outbox.UPLOAD_INTENT_HOLD` (an hour), so a drain never
 claims the intent of a writer still uploading.
 
-Seed 001's image rows are bound to files that a drain may be deleting: `insert_image_rows` with
-`require_existing` binds a row to an existing image id only while it still has one, under the image
-id's shared stripe lock (`blobgc.core.locks`), which the drain's guard takes exclusively.
+A kind whose rows are bound to files a drain may be deleting binds them under a lock its guard takes too
+(the images kind: `blobgc.kinds.images.rows`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
-from blobgc.core import queries
 from blobgc.core.objects import delete_objects_in_batches
 from blobgc.core.outbox import cancel_upload_intent, owe_upload_intent
 
@@ -39,7 +38,7 @@ class Rejected(Exception):
 
 def upload_with_intent(
     conn: psycopg.Connection,
-    s3,
+    s3: Any,
     *,
     bucket: str,
     bodies: dict[str, bytes],
@@ -80,23 +79,3 @@ def upload_with_intent(
     with conn.transaction():
         account(conn)
         cancel_upload_intent(conn, log_id)
-
-
-# ------------------------------------------------------------------ binding rows to stored files
-def insert_image_rows(conn: psycopg.Connection, rows: list[tuple], *, require_existing: bool) -> list[tuple]:
-    """Insert (image_id, offer_id, url_hash, body_hash, num) rows; with `require_existing`, only for image
-    ids that still have a row (call with their stripes held shared)."""
-    if not rows:
-        return []
-    columns = list(zip(*rows, strict=True))
-    return conn.execute(
-        queries.load("images/insert_images"),
-        {
-            "image_ids": list(columns[0]),
-            "offer_ids": list(columns[1]),
-            "url_hashes": list(columns[2]),
-            "body_hashes": list(columns[3]),
-            "nums": list(columns[4]),
-            "require_existing": require_existing,
-        },
-    ).fetchall()

@@ -10,8 +10,8 @@
   code that reads the plan's items, not by this wiring).
 - **drain**: `delete_owed_objects` after the execution (and `retry_owed_objects` before it, for a kind that
   drains earlier runs' debts first), then `purge_cache_keys` for a kind that owes Redis keys.
-- **report**: `report_run`, even when the gate refused, with `execution_report` as "plan" and the kind's own
-  summaries.
+- **report**: `report_parts` (`report_run`), even when the gate refused, with `execution_report` as "plan" and the
+  kind's own summaries.
 
 A DAG file declares its kind, Params, schedule, tags and `doc_md`, and calls `destructive_dag`.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 
@@ -36,7 +36,7 @@ from blobgc.dag_kit.steps import (
     list_plan_parts,
     owe_planned_objects,
     purge_owed_cache_keys,
-    report_run,
+    report_parts,
 )
 
 NONE_FAILED = "none_failed"
@@ -113,11 +113,11 @@ def destructive_dag(
             results["cache"] = purge_owed_cache_keys(**trigger(kind.drain_trigger_rule))()
             types["cache"] = PurgeResult
             executed >> results["cache"]
-        report_run(
+        report_parts(
+            types,
             trigger_rule=NONE_FAILED,
             summaries={**kind.summaries, "plan": execution_report},
             extra_counters=kind.extra_counters,
-            **types,
         )(**results)
 
     built = build()
@@ -148,5 +148,11 @@ def execution(kind: Kind, gate: Any) -> tuple[Any, str, type[TaskResult]]:
     return executed, ex.name, ex.result
 
 
-def trigger(rule: str | None) -> dict[str, str]:
+class TaskTrigger(TypedDict, total=False):
+    """A step's trigger_rule, given only when the kind sets one (Airflow's default otherwise)."""
+
+    trigger_rule: str
+
+
+def trigger(rule: str | None) -> TaskTrigger:
     return {"trigger_rule": rule} if rule else {}

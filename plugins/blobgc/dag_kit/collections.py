@@ -15,7 +15,6 @@ from typing import Any
 import psycopg
 
 from blobgc.core.collections import (
-    APP_BLOB,
     BoundCollection,
     bind,
     file_named,
@@ -69,10 +68,10 @@ def one_collection(conn: psycopg.Connection, name: str) -> BoundCollection:
 
 
 def references(conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet:
-    """Every reference to the collection's rows: its foreign keys, its `references` queries, and for app_blob
-    also Variable blobgc_extra_blob_references (as before collections existed)."""
+    """Every reference to the collection's rows: its foreign keys, its `references` queries, and for a column-mode
+    collection (seed 000's app_blob) also Variable blobgc_extra_blob_references (as before collections existed)."""
     c = bound.collection
-    extra = list(c.references) + (extra_blob_references() if c.name == APP_BLOB.name else [])
+    extra = list(c.references) + (extra_blob_references() if c.column_mode else [])
     try:
         return discover_references(conn, c.table, extra_sql=extra, id_column=c.id)
     except UnfollowableReference as error:

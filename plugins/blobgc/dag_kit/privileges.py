@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 
-from blobgc.core.collections import APP_BLOB, CollectionsError, load_collections, select
+from blobgc.core.collections import CollectionsError, load_collections, select
 from blobgc.core.privileges import COLLECTION_TABLE, check_privileges, dag_needs
 from blobgc.dag_kit.variables import blob_bucket, extra_blob_references
 
@@ -35,8 +35,9 @@ def check_dag_privileges(conn: psycopg.Connection, dag_id: str, params: dict[str
                 raise
             # restoring a seed DAG's run needs no collections file: a restore that needs one fails where it reads it
             log.warning("the collections file does not load: its tables' privileges are not checked")
-        if any(c.name == APP_BLOB.name for c in collections):
-            extra[APP_BLOB.name] = extra_blob_references()
+        for c in collections:
+            if c.column_mode:  # as `references` reads them
+                extra[c.name] = extra_blob_references()
     needs = dag_needs(
         conn,
         dag_id,

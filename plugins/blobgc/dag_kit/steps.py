@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from botocore.exceptions import ClientError
 
-from blobgc.core.migrate import check_schema_current
+from blobgc.core.migrations import check_schema_current
 from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
@@ -236,6 +236,28 @@ def report_run(
     skipped in this run (a dry run's drain, say) has none, and counts as zero. Passed to the task as
     XCom arguments, each such absence was fetched one by one and logged as an error ("XCom not found").
     """
+    return report_parts(
+        parts,
+        task_id,
+        outlets=outlets,
+        skip_dry_run=skip_dry_run,
+        extra_counters=extra_counters,
+        summaries=summaries,
+        trigger_rule=trigger_rule,
+    )
+
+
+def report_parts(
+    parts: Mapping[str, type[TaskResult]],
+    task_id: str = "report",
+    *,
+    outlets: list | None = None,
+    skip_dry_run: bool = False,
+    extra_counters: tuple[str, ...] = (),
+    summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] | None = None,
+    trigger_rule: str | None = None,
+):
+    """`report_run` with its parts as a mapping (name -> result type), for a builder that names them from data."""
     task_kwargs: dict[str, Any] = {"task_id": task_id}
     if trigger_rule is not None:  # "none_failed": a plan the gate refused still gets its report
         task_kwargs["trigger_rule"] = trigger_rule

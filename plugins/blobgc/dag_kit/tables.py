@@ -10,19 +10,10 @@ from __future__ import annotations
 
 import psycopg
 
+from blobgc.core import registry
 from blobgc.core.catalog import missing_tables
 from blobgc.core.settings import ConfigurationError
-
-# dag_id -> (what it collects, the tables it needs)
-REQUIRED_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "blobgc_paste_expiry": ("seed 002's pastes", ("app.paste", "app.content")),
-    "blobgc_image_cleanup": ("seed 001's crawled images", ("app.image",)),
-    "blobgc_crawler": ("seed 001's partner photos", ("app.offer", "app.image", "app.crawl_request")),
-    "blobgc_generations": (
-        "seed 003's generations of mail blobs",
-        ("gen.generation", "gen.blob", "gen.reference", "gen.deletion"),
-    ),
-}
+from blobgc.kinds import KINDS  # noqa: F401 - installs the kinds the check asks about
 
 
 class MissingTables(ConfigurationError):
@@ -31,10 +22,11 @@ class MissingTables(ConfigurationError):
 
 def check_required_tables(conn: psycopg.Connection, dag_id: str) -> None:
     """Raise MissingTables, naming them, when the database lacks a table `dag_id` collects."""
-    if dag_id not in REQUIRED_TABLES:
+    needs = registry.dag_needs(dag_id)
+    if needs is None:
         return
-    what, names = REQUIRED_TABLES[dag_id]
-    missing = missing_tables(conn, names)
+    what = needs.what
+    missing = missing_tables(conn, list(needs.tables))
     if missing:
         raise MissingTables(
             f"{dag_id} collects {what} and needs the table(s) {', '.join(missing)}, which this database "

@@ -15,6 +15,7 @@ import logging
 import psycopg
 from botocore.exceptions import ClientError
 
+from blobgc.core import registry
 from blobgc.core.collections import Collection, collections_path, load_collections
 from blobgc.core.outbox import DrainResult
 from blobgc.core.refusals import (
@@ -29,12 +30,11 @@ from blobgc.core.refusals import (
 )
 from blobgc.core.settings import ConfigurationError, MediaSettings
 from blobgc.dag_kit.connections import PG_CONN_ID
-from blobgc.dag_kit.tables import REQUIRED_TABLES
 from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, media_settings
+from blobgc.kinds import KINDS  # noqa: F401 - installs the kinds whose tables are named
 
 log = logging.getLogger(__name__)
 
-SEED_TABLES = ("app.blob", "app.content", "app.image", "gen.blob")  # the seed layouts' blob tables
 UNDEFINED = (
     psycopg.errors.UndefinedTable,
     psycopg.errors.UndefinedColumn,
@@ -55,7 +55,7 @@ def unfixable(error: BaseException) -> ConfigurationError | None:
                 error,
                 pg_role(),
                 collection_tables=[c.table for c in declared()],
-                seed_tables=SEED_TABLES + tuple(t for _, tables in REQUIRED_TABLES.values() for t in tables),
+                seed_tables=registry.kind_tables(),
             )
         if isinstance(error, UNDEFINED):
             return missing_object_refusal(error, needed_by=needed_by())
@@ -110,7 +110,7 @@ def declared() -> list[Collection]:
 
 
 def needed_by() -> dict[str, list[str]]:
-    """Table or column -> what names it: collections of the file, and the DAGs of `REQUIRED_TABLES`."""
+    """Table or column -> what names it: collections of the file, and the kinds' DAGs."""
     found: dict[str, list[str]] = {}
     for collection in declared():
         where = f"collection {collection.name!r} of collections file {collections_path()}"
@@ -120,9 +120,10 @@ def needed_by() -> dict[str, list[str]]:
             for word in query.replace(",", " ").split():
                 if "." in word:
                     found.setdefault(word.strip('"();'), []).append(f"{where}, in a `references` query")
-    for dag_id, (what, tables) in REQUIRED_TABLES.items():
-        for table in tables:
-            found.setdefault(table, []).append(f"DAG {dag_id} ({what})")
+    for kind in registry.REGISTRY.installed():
+        for dag_id, needs in kind.dags.items():
+            for table in needs.tables:
+                found.setdefault(table, []).append(f"DAG {dag_id} ({needs.what})")
     return found
 
 

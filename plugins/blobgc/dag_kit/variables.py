@@ -64,7 +64,7 @@ def blob_bucket_origin() -> str:
 def inventory_destinations() -> dict[str, str]:
     """Variable blobgc_inventory: source bucket -> `s3://<bucket>/<prefix>` of its S3 Inventory reports (reconcile's
     source=inventory); default none."""
-    from blobgc.core.inventory import destinations
+    from blobgc.core.inventory_reports import destinations
 
     return destinations(variable("blobgc_inventory", {}, json_value=True))
 

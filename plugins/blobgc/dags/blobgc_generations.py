@@ -41,11 +41,11 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors import generations
-from blobgc.collectors.generations import GenerationExecution, GenerationPlan, OpenedGeneration
 from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket
+from blobgc.kinds.generations import collector as generations
+from blobgc.kinds.generations.collector import GenerationExecution, GenerationPlan, OpenedGeneration
 from blobgc.reclaim.routes import receipt_path
 
 COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable
 
-from blobgc.collectors import image_cleanup as images
-from blobgc.collectors.image_cleanup import CleanupExecution, CleanupResult
 from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
+from blobgc.kinds.images import cleanup as images
+from blobgc.kinds.images.cleanup import CleanupExecution, CleanupResult
 from blobgc.reclaim.routes import receipt_path
 
 

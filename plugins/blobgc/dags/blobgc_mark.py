@@ -26,10 +26,11 @@ from __future__ import annotations
 from airflow.sdk import Asset, dag
 
 from blobgc.collectors import mark
-from blobgc.collectors.mark import MarkResult, PageUsagesRemoved
-from blobgc.core.collections import APP_BLOB
+from blobgc.collectors.mark import MarkResult
 from blobgc.dag_kit import Step, dag_defaults, destructive_params, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, references
+from blobgc.kinds.blobs import APP_BLOB, pages
+from blobgc.kinds.blobs.pages import PageUsagesRemoved
 
 
 @dag(
@@ -48,7 +49,7 @@ def blobgc_mark():
 
     @gc_step()
     def remove_stale_page_usages(step: Step, collections: list[str]) -> PageUsagesRemoved:
-        return PageUsagesRemoved(mark.remove_stale_page_usages(
+        return PageUsagesRemoved(pages.remove_stale_page_usages(
             step.conn, step.run, cutoff=step.cutoff(days=step.params["page_grace_days"]),
             batch_size=step.params["batch_size"]) if APP_BLOB.name in collections else 0)
 

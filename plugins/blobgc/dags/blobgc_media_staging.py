@@ -30,12 +30,12 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors import media_cleanup
-from blobgc.collectors.media_cleanup import MediaShard, StagingResult
 from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.unfixable import check_media_buckets
 from blobgc.dag_kit.variables import media_settings
+from blobgc.kinds.media import cleanup as media_cleanup
+from blobgc.kinds.media.cleanup import MediaShard, StagingResult
 from blobgc.reclaim.routes import receipt_path
 
 

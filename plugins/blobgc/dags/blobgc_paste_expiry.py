@@ -43,11 +43,11 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors import paste_expiry as pastes
-from blobgc.collectors.paste_expiry import DriftReport, ExpiryExecution, PlannedExpiry
 from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
+from blobgc.kinds.pastes import expiry as pastes
+from blobgc.kinds.pastes.expiry import DriftReport, ExpiryExecution, PlannedExpiry
 from blobgc.reclaim.routes import receipt_path
 
 

@@ -5,7 +5,7 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
 
 1. **plan_shards** checks the collections file and plans the run's parts. With `source=list` (the
    default) it walks the bucket for its shards (one listing call per shard found): each key layout's
-   prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from `blobgc.core.keys`) cut by leading
+   prefix (`blobs/`, `pastes/`, `images/`, `mail/`, from `blobgc.kinds`) cut by leading
    characters, each collection's key prefixes (in its own bucket), plus one shard per unknown
    top-level folder; `listing_ranges` > 1 cuts each shard further into key ranges listed side by side
    (StartAfter boundaries at sub-prefixes its keys really have). With `source=inventory` it finds each
@@ -48,9 +48,10 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors import reconcile
-from blobgc.collectors.reconcile import MIN_AGE_FLOOR_HOURS, Shard, ShardResult, inventory
+from blobgc.collectors.reconcile import from_inventory, listing, report
+from blobgc.collectors.reconcile.checks import MIN_AGE_FLOOR_HOURS
 from blobgc.collectors.reconcile.planning import run_shards
+from blobgc.collectors.reconcile.shards import Shard, ShardResult
 from blobgc.dag_kit import S3_POOL, Step, destructive_params, fix_run_plan, gc_step, plan_params
 from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
@@ -78,13 +79,13 @@ def planning() -> Planned:
         part = Shard.from_xcom(shard)
         cutoff = step.cutoff(hours=step.params["min_age_hours"])
         if part.inventory:
-            scope = inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
-                                       part.bucket, seeds=not step.params["collections"],
-                                       prefixes=step.params["prefixes"])
-            return inventory.reconcile_from_inventory(
+            scope = from_inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
+                                            part.bucket, seeds=not step.params["collections"],
+                                            prefixes=step.params["prefixes"])
+            return from_inventory.reconcile_from_inventory(
                 step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,
                 max_age_hours=step.params["max_inventory_age_hours"])
-        return reconcile.reconcile_shard(
+        return listing.reconcile_shard(
             step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
             collection=one_collection(step.conn, part.collection) if part.collection else None,
             bucket_origin=blob_bucket_origin())
@@ -96,7 +97,7 @@ def planning() -> Planned:
 dag = destructive_dag(
     "blobgc_reconcile",
     kind=Kind(planning, {"shards": ShardResult},  # the plan is objects alone: owed to the drain, which deletes them
-              summaries={"reconcile": reconcile.summarize, "not_planned": reconcile.not_planned}),
+              summaries={"reconcile": report.summarize, "not_planned": report.not_planned}),
     schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
     params=destructive_params(
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "

@@ -14,7 +14,7 @@ reconcile's findings unless the user may read blobgc_reconcile's runs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Annotated, Any
 
 import anyio
@@ -73,7 +73,7 @@ class ClosingStreamingResponse(StreamingResponse):
     hangs up mid-download included, so the generator's `finally` (closing its database connection) runs at
     once rather than whenever the garbage collector gets to it."""
 
-    def __init__(self, source: Iterator[str], **kwargs: Any) -> None:
+    def __init__(self, source: Generator[str, None, None], **kwargs: Any) -> None:
         self.source = source
         super().__init__(iterate_in_threadpool(source), **kwargs)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -33,7 +33,7 @@ def manifest_chunks(
     fmt: str,
     *,
     batch: int = 5000,
-) -> Iterator[str]:
+) -> Generator[str, None, None]:
     """The manifest as text chunks, one per batch of keys: CSV with a header line, or one JSON array."""
     if fmt not in FORMATS:
         raise ValueError(f"manifest format must be one of {sorted(FORMATS)}, got {fmt!r}")

@@ -78,7 +78,7 @@ def render_chart_svg(
     out.append(f'<text x="{left - 6}" y="{top + plot_h}" text-anchor="end" font-size="11">0</text>')
     for i, d in enumerate(days):
         x = left + i * slot + (slot - bar_w) / 2
-        y = top + plot_h
+        y: float = top + plot_h
         for dag in dags:
             v = values.get((d, dag), 0)
             if not v:

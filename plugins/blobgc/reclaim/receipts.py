@@ -24,12 +24,12 @@ MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "vers
 RESTORE_DAG_ID = "blobgc_restore"
 
 
-def run_keys_query(wrapper: str | None = None) -> sql.Composable:
+def run_keys_query(wrapper: str | None = None) -> sql.SQL | sql.Composed:
     """receipts/select_run_keys, alone or wrapped by another receipts statement (its `{run_keys}`)."""
-    keys = sql.SQL(queries.load("receipts/select_run_keys"))  # type: ignore[arg-type]  # static text of ours
+    keys = sql.SQL(queries.load("receipts/select_run_keys"))
     if wrapper is None:
         return keys
-    return sql.SQL(queries.load(f"receipts/{wrapper}")).format(run_keys=keys)  # type: ignore[arg-type]
+    return sql.SQL(queries.load(f"receipts/{wrapper}")).format(run_keys=keys)
 
 
 def storage_price(conn: psycopg.Connection, storage_class: str = "STANDARD") -> float:
@@ -57,7 +57,7 @@ def collect_receipt(
     plan_run_id = run["plan_run_id"] or run_id
     with conn.cursor(row_factory=dict_row) as cur:
         gate = cur.execute(queries.load("receipts/select_gate_decision"), ids).fetchone()
-        failed = cur.execute(queries.load("receipts/count_failed_deletions"), ids).fetchone()
+        failed = queries.one_row(cur.execute(queries.load("receipts/count_failed_deletions"), ids))
         statuses = cur.execute(run_keys_query("count_keys_by_status"), ids).fetchall()
         by_prefix = cur.execute(run_keys_query("sum_keys_by_prefix"), {**ids, "limit": prefixes}).fetchall()
         keys = cur.execute(run_keys_query("select_sample_keys"), {**ids, "sample": sample}).fetchall()

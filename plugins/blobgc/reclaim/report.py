@@ -51,7 +51,7 @@ def collect_report(
     scope = None if dag_ids is None else sorted(dag_ids)
     with conn.cursor(row_factory=dict_row) as cur:
         if today is None:
-            today = cur.execute("SELECT (now() AT TIME ZONE 'UTC')::date AS d").fetchone()["d"]
+            today = queries.one_row(cur.execute("SELECT (now() AT TIME ZONE 'UTC')::date AS d"))["d"]
         since = today - timedelta(days=days - 1)
         if collection is None:
             daily = cur.execute(

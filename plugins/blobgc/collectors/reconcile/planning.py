@@ -8,8 +8,8 @@ from typing import Any
 
 import psycopg
 
-from blobgc.collectors.reconcile import Shard, plan_listing
-from blobgc.collectors.reconcile.inventory import report_shards, scopes
+from blobgc.collectors.reconcile.from_inventory import report_shards, scopes
+from blobgc.collectors.reconcile.shards import Shard, plan_listing
 from blobgc.core.collections import BoundCollection
 
 

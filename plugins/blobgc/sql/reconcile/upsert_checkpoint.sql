@@ -1,12 +1,11 @@
 -- Advance a shard's checkpoint past a fully checked page and add the page's counts, in the page's transaction.
-INSERT INTO blobgc.reconcile_checkpoint AS c (run_id, shard, start_after, pending_ref, pending_keys, pages, keys_checked,
+INSERT INTO blobgc.reconcile_checkpoint AS c (run_id, shard, start_after, inventory_phase, pages, keys_checked,
                                               orphans, orphan_bytes, too_young, unknown_keys, missing, done, scope,
                                               considered, accounted, first_eligible_at)
-VALUES (%(run_id)s, %(shard)s, %(start_after)s, %(pending_ref)s, %(pending_keys)s::text[], 1, %(keys)s, %(orphans)s,
-        %(orphan_bytes)s, %(young)s, %(unknown)s, %(missing)s, %(done)s, %(scope)s, %(considered)s, %(accounted)s,
-        %(first_eligible_at)s)
+VALUES (%(run_id)s, %(shard)s, %(start_after)s, %(inventory_phase)s, 1, %(keys)s, %(orphans)s, %(orphan_bytes)s,
+        %(young)s, %(unknown)s, %(missing)s, %(done)s, %(scope)s, %(considered)s, %(accounted)s, %(first_eligible_at)s)
 ON CONFLICT (run_id, shard) DO UPDATE SET
-    start_after = excluded.start_after, pending_ref = excluded.pending_ref, pending_keys = excluded.pending_keys,
+    start_after = excluded.start_after, inventory_phase = excluded.inventory_phase,
     pages = c.pages + 1, keys_checked = c.keys_checked + excluded.keys_checked, orphans = c.orphans + excluded.orphans,
     orphan_bytes = c.orphan_bytes + excluded.orphan_bytes, too_young = c.too_young + excluded.too_young,
     unknown_keys = c.unknown_keys + excluded.unknown_keys, missing = c.missing + excluded.missing,

@@ -16,7 +16,7 @@ The cleanup plans first, then executes exactly its plan (`blobgc.core.plans`):
   image ids that now have no row and that this run freed (it deleted one of their rows, or took their
   `blobgc.image_file` record): a run executing a plan that overlaps another's owes no file twice. Anything else
   in the item is skipped and recorded (`blobgc.plan_outcome`). The drain's guard re-checks once more
-  under the image id's stripe, just before DeleteObjects (`blobgc.core.keys.IMAGE_FILES`).
+  under the image id's stripe, just before DeleteObjects (`blobgc.kinds.images.layouts.IMAGE_FILES`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from datetime import datetime
 import psycopg
 
 from blobgc.core import queries
-from blobgc.core.keys import IMAGE_FILES, image_keys
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import PlanItem, add_plan_item, item_cutoff, pending_items, record_outcome, restart_planning
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
+from blobgc.kinds.images.layouts import IMAGE_FILES, image_keys
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def plan_unbound_images(
     while True:
         with conn.transaction():
             rows = conn.execute(
-                queries.load("images/select_unbound_image_batch"),
+                queries.load("images/select_unbound_image_batch", "blobgc.kinds.images"),
                 {"cutoff": cutoff, "after": after, "batch_size": batch_size},
             ).fetchall()
             if not rows:
@@ -115,7 +115,9 @@ def plan_unbound_images(
             after = rows[-1][0]
             going = sorted({image_id for _, image_id, files_go in rows if files_go})
             kept = {image_id for _, image_id, files_go in rows if not files_go} - set(going)
-            stored = conn.execute(queries.load("images/select_image_files"), {"image_ids": going}).fetchall()
+            stored = conn.execute(
+                queries.load("images/select_image_files", "blobgc.kinds.images"), {"image_ids": going}
+            ).fetchall()
             keys, sizes = files_of(going, stored, size_names)
             add_plan_item(
                 conn,
@@ -128,11 +130,9 @@ def plan_unbound_images(
                 sizes=sizes,
                 row_ids=[str(row_id) for row_id, _, _ in rows],
                 modified_before=cutoff,
+                rows=len(rows),
             )
             batch_bytes = sum(size or 0 for size in sizes)
-            if run.dry_run:
-                record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=PART)
-                add_counts(conn, run, rows=len(rows), objects=len(keys), bytes_=batch_bytes, part=PART)
         result.batches += 1
         result.rows_deleted += len(rows)
         result.images_deleted += len(going)
@@ -216,16 +216,25 @@ def execute_item(
     blobgc recorded files (no record to take, sizes unknown), are owed whenever the id has no row left."""
     planned_ids = item.row_ids or []
     deleted = conn.execute(
-        queries.load("images/delete_planned_images"), {"ids": [int(i) for i in planned_ids], "cutoff": cutoff}
+        queries.load("images/delete_planned_images", "blobgc.kinds.images"),
+        {"ids": [int(i) for i in planned_ids], "cutoff": cutoff},
     ).fetchall()
     gone = {str(row_id) for row_id, _ in deleted}
     freed_here = {image_id for _, image_id in deleted}
     owners = [IMAGE_FILES.identity(key) for key in item.keys]
     planned_images = {image_id for image_id in owners if image_id}
     checked = sorted(planned_images | freed_here)
-    in_use = {r[0] for r in conn.execute(queries.load("images/select_images_in_use"), {"image_ids": checked})}
+    in_use = {
+        r[0]
+        for r in conn.execute(
+            queries.load("images/select_images_in_use", "blobgc.kinds.images"), {"image_ids": checked}
+        )
+    }
     unused = sorted(planned_images - in_use)
-    taken = {r[0] for r in conn.execute(queries.load("images/delete_image_files"), {"image_ids": unused})}
+    taken = {
+        r[0]
+        for r in conn.execute(queries.load("images/delete_image_files", "blobgc.kinds.images"), {"image_ids": unused})
+    }
     unrecorded = {image_id for image_id, size in zip(owners, item.sizes, strict=True) if size is None}
     doomed = {image_id for image_id in unused if image_id in taken | unrecorded | freed_here}
     owed = [i for i, image_id in enumerate(owners) if image_id in doomed]

@@ -24,7 +24,13 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from botocore.exceptions import ClientError
 
-from blobgc.core.keys import (
+from blobgc.core.objects import leading_shards, listing
+from blobgc.core.plans import plan_listed_objects
+from blobgc.core.results import TaskResult, local
+from blobgc.core.runs import RunRef
+from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, ConfigurationError, MediaSettings
+from blobgc.core.uploads import Rejected
+from blobgc.kinds.media.layouts import (
     MASTER,
     MEDIA_STAGING,
     MEDIA_THUMBNAILS,
@@ -35,12 +41,7 @@ from blobgc.core.keys import (
     staging_layout,
     thumb_key,
 )
-from blobgc.core.objects import leading_shards, listing
-from blobgc.core.plans import plan_listed_objects
-from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef
-from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, ConfigurationError, MediaSettings
-from blobgc.core.thumbnail_jobs import (
+from blobgc.kinds.media.thumbnail_jobs import (
     DEAD_LETTER_CAP,
     DEAD_LETTERS,
     PROCESSING,
@@ -54,7 +55,6 @@ from blobgc.core.thumbnail_jobs import (
     text,
     thumbnail_queue_counts,
 )
-from blobgc.core.uploads import Rejected
 
 log = logging.getLogger(__name__)
 

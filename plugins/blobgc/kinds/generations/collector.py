@@ -2,7 +2,7 @@
 
 **Writing** is the application's (`demo_app.mail`): content is deduplicated within the current
 reference generation only, a blob id is `{sha256 of the content}-g{generation}`
-(`blobgc.core.keys.mail_blob_id`), and deleting a `gen.reference` row records a `gen.deletion`
+(`blobgc.kinds.generations.layouts.mail_blob_id`), and deleting a `gen.reference` row records a `gen.deletion`
 row in the same transaction (a trigger), so no caller can forget one.
 
 **Collecting plans first, then deletes exactly its plan** (issue 20, `blobgc.core.plans`).
@@ -46,7 +46,6 @@ from psycopg import IsolationLevel
 
 from blobgc.core import queries
 from blobgc.core.gate import let_through
-from blobgc.core.keys import MAIL_BLOBS, mail_key
 from blobgc.core.locks import collecting_generation, hold_generation_alone, hold_generation_opening
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
@@ -61,6 +60,7 @@ from blobgc.core.plans import (
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
+from blobgc.kinds.generations.layouts import MAIL_BLOBS, mail_key
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +95,20 @@ def open_generation(conn: psycopg.Connection, run: RunRef, *, plans: bool = True
     key = {"dag_id": run.dag_id, "run_id": run.run_id}
     with conn.transaction():
         hold_generation_opening(conn)
-        row = conn.execute(queries.load("generations/select_opened_generation"), key).fetchone()
+        row = conn.execute(
+            queries.load("generations/select_opened_generation", "blobgc.kinds.generations"), key
+        ).fetchone()
         if row is not None:
             log.info("run %s already opened generation %d", run.run_id, row[0])
             return OpenedGeneration(row[0], opened=False, plans=plans)
         if run.dry_run:
-            current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
+            current = conn.execute(
+                queries.load("generations/select_current_generation", "blobgc.kinds.generations")
+            ).fetchone()[0]
             return OpenedGeneration((current or 0) + 1, opened=False, plans=plans)
-        (generation,) = conn.execute(queries.load("generations/insert_generation"), key).fetchone()
+        (generation,) = conn.execute(
+            queries.load("generations/insert_generation", "blobgc.kinds.generations"), key
+        ).fetchone()
     log.info("opened reference generation %d", generation)
     return OpenedGeneration(generation, opened=True, plans=plans)
 
@@ -113,7 +119,10 @@ def eligible_generations(conn: psycopg.Connection, opened: OpenedGeneration) -> 
         return []
     return [
         r[0]
-        for r in conn.execute(queries.load("generations/select_eligible_generations"), {"up_to": opened.collectable})
+        for r in conn.execute(
+            queries.load("generations/select_eligible_generations", "blobgc.kinds.generations"),
+            {"up_to": opened.collectable},
+        )
     ]
 
 
@@ -166,14 +175,18 @@ def build_reference_filter(
     try:
         with conn.transaction():
             (capacity,) = conn.execute(
-                queries.load("generations/count_generation_blobs"), {"generation": generation}
+                queries.load("generations/count_generation_blobs", "blobgc.kinds.generations"),
+                {"generation": generation},
             ).fetchone()
             refs = ReferenceFilter.empty(capacity, false_positive_rate, salt)
             # every row will be read: plan for the whole result, not for a cursor's fast first rows
             conn.execute("SET LOCAL cursor_tuple_fraction = 1.0")
             with conn.cursor(name=f"gen_references_{generation}", binary=True) as cursor:
                 cursor.itersize = page_size
-                cursor.execute(queries.load("generations/select_live_references"), {"generation": generation})
+                cursor.execute(
+                    queries.load("generations/select_live_references", "blobgc.kinds.generations"),
+                    {"generation": generation},
+                )
                 while page := cursor.fetchmany(page_size):
                     refs.add([r[0] for r in page])
                     if on_page is not None:
@@ -233,7 +246,9 @@ def check_collectable(generation: int, collectable: int) -> None:
 
 def check_old_enough(conn: psycopg.Connection, generation: int) -> None:
     """Refuse a generation newer than the database's current generation - 2."""
-    current = conn.execute(queries.load("generations/select_current_generation")).fetchone()[0]
+    current = conn.execute(
+        queries.load("generations/select_current_generation", "blobgc.kinds.generations")
+    ).fetchone()[0]
     if current is None or generation > current - GENERATION_LAG:
         raise GenerationError(f"generation {generation} is too recent to collect: the current generation is {current}")
 
@@ -312,7 +327,7 @@ def plan_generation(
             )
         nothing_to_do = run.dry_run or not (result.blobs_planned or result.deletions_planned)
         conn.execute(
-            queries.load("generations/upsert_planned_collection"),
+            queries.load("generations/upsert_planned_collection", "blobgc.kinds.generations"),
             {
                 "dag_id": run.dag_id,
                 "run_id": run.run_id,
@@ -346,11 +361,14 @@ def split_candidates(conn: psycopg.Connection, generation: int, parts: int) -> l
     """About `parts` ranges [lo, hi) of the generation's blob ids with deletions, of similar size."""
     if parts <= 1:
         return [("", None)]
-    (n,) = conn.execute(queries.load("generations/count_deletions"), {"generation": generation}).fetchone()
+    (n,) = conn.execute(
+        queries.load("generations/count_deletions", "blobgc.kinds.generations"), {"generation": generation}
+    ).fetchone()
     cuts = []
     for k in range(1, parts):
         row = conn.execute(
-            queries.load("generations/select_deleted_blob_id_at"), {"generation": generation, "offset": n * k // parts}
+            queries.load("generations/select_deleted_blob_id_at", "blobgc.kinds.generations"),
+            {"generation": generation, "offset": n * k // parts},
         ).fetchone()
         if row and (not cuts or row[0] > cuts[-1]):
             cuts.append(row[0])
@@ -375,7 +393,7 @@ def walk_candidates(
         page = [
             r[0]
             for r in conn.execute(
-                queries.load("generations/select_deleted_blob_ids"),
+                queries.load("generations/select_deleted_blob_ids", "blobgc.kinds.generations"),
                 {"generation": generation, "after": after, "inclusive": first, "hi": hi, "limit": batch_size},
             )
         ]
@@ -394,7 +412,7 @@ def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, bl
     part = plan_part(result.generation)
     with conn.transaction():
         ids, sizes, rowless, deletions = conn.execute(
-            queries.load("generations/select_collectable_blobs"),
+            queries.load("generations/select_collectable_blobs", "blobgc.kinds.generations"),
             {"blob_ids": blob_ids, "generation": result.generation},
         ).fetchone()
         keys = [mail_key(b) for b in ids]
@@ -409,9 +427,7 @@ def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, bl
             keys=keys,
             sizes=sizes,
             row_ids=[*ids, *rowless],
-        )
-        if run.dry_run:  # its counts are written once, by plan_generation (parallel walkers would race on them)
-            record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
+        )  # no `rows`: a dry run's counts are written once, by plan_generation (parallel walkers would race on them)
     result.blobs_planned += len(ids)
     result.bytes_planned += n_bytes
     result.deletions_planned += deletions
@@ -441,7 +457,7 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
         with conn.transaction():
             hold_generation_alone(conn, generation)
             ids, sizes, cleared_rowless, cleared = conn.execute(
-                queries.load("generations/delete_planned_blobs"),
+                queries.load("generations/delete_planned_blobs", "blobgc.kinds.generations"),
                 {"blob_ids": with_rows, "rowless_ids": rowless, "generation": generation},
             ).fetchone()
             keys = [mail_key(b) for b in ids]
@@ -460,7 +476,7 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
             add_counts(conn, run, rows=len(ids))
             n_bytes = sum(s or 0 for s in sizes)
             conn.execute(
-                queries.load("generations/add_executed_counts"),
+                queries.load("generations/add_executed_counts", "blobgc.kinds.generations"),
                 {
                     **figures,
                     "blobs": len(ids),
@@ -484,7 +500,7 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
         result.skipped_rereferenced += len(skipped)
     with conn.transaction():
         conn.execute(
-            queries.load("generations/add_executed_counts"),
+            queries.load("generations/add_executed_counts", "blobgc.kinds.generations"),
             {**figures, "blobs": 0, "bytes": 0, "deletions": 0, "kept": 0, "finished": True},
         )
     log.info(
@@ -565,7 +581,8 @@ def collect_generation(
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict:
     """The run's collections, per generation and in total, for its report."""
     rows = conn.execute(
-        queries.load("generations/summarize_collections"), {"dag_id": run.dag_id, "run_id": run.run_id}
+        queries.load("generations/summarize_collections", "blobgc.kinds.generations"),
+        {"dag_id": run.dag_id, "run_id": run.run_id},
     ).fetchall()
     per_generation = [
         {

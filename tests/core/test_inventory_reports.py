@@ -1,4 +1,4 @@
-"""blobgc.core.inventory: reading AWS's report format, hand-written here as S3 writes it."""
+"""blobgc.core.inventory_reports: reading AWS's report format, hand-written here as S3 writes it."""
 from __future__ import annotations
 
 import gzip
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from blobgc.core.inventory import Destination, InventoryError, destinations, download, engine, find_report
+from blobgc.core.inventory_reports import Destination, InventoryError, destinations, download, engine, find_report
 
 CSV_SCHEMA = "Bucket, Key, VersionId, IsLatest, IsDeleteMarker, Size, LastModifiedDate, ETag"
 # The Parquet data files' schema, as AWS's manifest.json states it for a versioned inventory with these fields.

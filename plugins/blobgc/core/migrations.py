@@ -1,9 +1,9 @@
 """Apply a folder of NNNN_*.sql migrations in order, once each, remembering what was applied.
 
-`python -m blobgc.core.migrate` applies blobgc's own, blobgc/sql/migrations/ (package data) (BLOBGC_PG_DSN names the
-database). They create schema blobgc and nothing else, so blobgc can be migrated into any database, live or
+`python -m blobgc.migrate` (the one command) applies blobgc's own, blobgc/sql/migrations/ (package data), through
+this runner. They create schema blobgc and nothing else, so blobgc can be migrated into any database, live or
 not, whatever the application keeps in its own schemas. The demo application's migrations go through the same
-runner with a folder, table and lock of their own (`python -m demo_app.migrate`).
+runner with a folder, table and lock of their own (the demo's own command).
 
 One session advisory lock is held for the whole run, so two runners never apply one migration twice; waiting
 for it is unbounded, as only another migrator holds it (see advisory_lock). Every other lock wait is bounded
@@ -317,7 +317,3 @@ def main(argv: list[str] | None = None, **options) -> int:
     versions = [version for version, _ in migrations(options.get("folder"))]
     print(f"[migrate] {summary(options.get('table', TABLE), applied, versions)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -38,7 +38,8 @@ from blobgc.core.locks import IMAGE_LOCK_CLASS, URL_LOCK_CLASS, lock_stripes, se
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import ConfigurationError
-from blobgc.core.uploads import Rejected, insert_image_rows
+from blobgc.core.uploads import Rejected
+from blobgc.kinds.images.rows import insert_image_rows
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ def apply_cached(
     with conn.transaction():
         lock_stripes(conn, URL_LOCK_CLASS, [i.url_hash for i in items], exclusive=False)
         rows = conn.execute(
-            queries.load("images/select_cached_images"), {"url_hashes": sorted({i.url_hash for i in items})}
+            queries.load("images/select_cached_images", "blobgc.kinds.images"),
+            {"url_hashes": sorted({i.url_hash for i in items})},
         ).fetchall()
         offers = {i.offer_id for i in items}
         state: dict[str, list[list]] = {}
@@ -128,7 +130,7 @@ def apply_cached(
             changed = {
                 r[0]
                 for r in conn.execute(
-                    queries.load("images/update_image_bindings"),
+                    queries.load("images/update_image_bindings", "blobgc.kinds.images"),
                     {
                         "ids": [b[1] for b in binds],
                         "offer_ids": [b[0].offer_id for b in binds],
@@ -168,7 +170,8 @@ def drop_items_of_deleted_offers(
     existing = {
         r[0]
         for r in conn.execute(
-            queries.load("crawler/select_existing_offers"), {"ids": sorted({i.offer_id for i in items})}
+            queries.load("crawler/select_existing_offers", "blobgc.kinds.images"),
+            {"ids": sorted({i.offer_id for i in items})},
         )
     }
     for item in items:
@@ -362,7 +365,9 @@ def parse_requests(value: object) -> list[CrawlRequest]:
 
 def claim_pending_requests(conn: psycopg.Connection, run_id: str, limit: int = 1000) -> list[CrawlRequest]:
     with conn.transaction():
-        rows = conn.execute(queries.load("crawler/claim_pending_requests"), {"run_id": run_id, "limit": limit})
+        rows = conn.execute(
+            queries.load("crawler/claim_pending_requests", "blobgc.kinds.images"), {"run_id": run_id, "limit": limit}
+        )
         return [CrawlRequest(offer_id, tuple(urls), request_id) for request_id, offer_id, urls in rows]
 
 
@@ -375,12 +380,18 @@ def stage_items(
     Items of an offer that does not exist are recorded as failed straight away.
     """
     with conn.transaction():
-        if conn.execute(queries.load("crawler/count_staged_items"), {"run_id": run_id}).fetchone()[0] == 0:
+        if (
+            conn.execute(
+                queries.load("crawler/count_staged_items", "blobgc.kinds.images"), {"run_id": run_id}
+            ).fetchone()[0]
+            == 0
+        ):
             requests = list(requests)
             existing = {
                 r[0]
                 for r in conn.execute(
-                    queries.load("crawler/select_existing_offers"), {"ids": sorted({r.offer_id for r in requests})}
+                    queries.load("crawler/select_existing_offers", "blobgc.kinds.images"),
+                    {"ids": sorted({r.offer_id for r in requests})},
                 )
             }
             items: list[tuple] = []
@@ -414,7 +425,7 @@ def stage_items(
                 previous = item[3]
             columns = list(zip(*items, strict=True)) if items else [[]] * 7
             conn.execute(
-                queries.load("crawler/insert_crawl_items"),
+                queries.load("crawler/insert_crawl_items", "blobgc.kinds.images"),
                 {
                     "run_id": run_id,
                     "item_nos": list(range(len(items))),
@@ -431,11 +442,18 @@ def stage_items(
             log.info(
                 "staged %d URLs of %d requests in %d batches", len(items), len(requests), (batch + 1) if items else 0
             )
-        return [r[0] for r in conn.execute(queries.load("crawler/select_staged_batches"), {"run_id": run_id})]
+        return [
+            r[0]
+            for r in conn.execute(
+                queries.load("crawler/select_staged_batches", "blobgc.kinds.images"), {"run_id": run_id}
+            )
+        ]
 
 
 def batch_items(conn: psycopg.Connection, run_id: str, batch_no: int) -> list[CrawlItem]:
-    rows = conn.execute(queries.load("crawler/select_batch_items"), {"run_id": run_id, "batch_no": batch_no})
+    rows = conn.execute(
+        queries.load("crawler/select_batch_items", "blobgc.kinds.images"), {"run_id": run_id, "batch_no": batch_no}
+    )
     return [CrawlItem(item_no, offer_id, url, num) for item_no, offer_id, url, num in rows]
 
 
@@ -443,7 +461,7 @@ def record_outcomes(conn: psycopg.Connection, run_id: str, outcomes: dict[int, C
     nos = sorted(outcomes)
     with conn.transaction():
         conn.execute(
-            queries.load("crawler/record_crawl_outcomes"),
+            queries.load("crawler/record_crawl_outcomes", "blobgc.kinds.images"),
             {
                 "run_id": run_id,
                 "item_nos": nos,
@@ -457,8 +475,10 @@ def record_outcomes(conn: psycopg.Connection, run_id: str, outcomes: dict[int, C
 def finish_crawl(conn: psycopg.Connection, run: RunRef) -> dict[str, object]:
     """Mark the run's claimed requests done and return its items per outcome, with sample failures."""
     with conn.transaction():
-        conn.execute(queries.load("crawler/finish_crawl_requests"), {"run_id": run.run_id})
-        rows = conn.execute(queries.load("crawler/summarize_crawl_run"), {"run_id": run.run_id}).fetchall()
+        conn.execute(queries.load("crawler/finish_crawl_requests", "blobgc.kinds.images"), {"run_id": run.run_id})
+        rows = conn.execute(
+            queries.load("crawler/summarize_crawl_run", "blobgc.kinds.images"), {"run_id": run.run_id}
+        ).fetchall()
     summary: dict[str, object] = {outcome: n for outcome, n, _ in rows}
     failures = [f for outcome, _, sample in rows if outcome == "failed" for f in (sample or [])]
     if failures:

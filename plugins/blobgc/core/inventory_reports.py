@@ -18,7 +18,9 @@ format (CSV or Parquet; ORC is refused), its schema, and each data file's size a
 downloaded. A report that fails any check raises `InventoryError` and nothing is read from it.
 
 `Engine` is the embedded columnar database the anti-join runs in: DuckDB in a file of its own
-under a scratch directory, its memory bounded by `memory_limit` and the rest spilled to disk.
+under a scratch directory, its memory bounded by `memory_limit` and the rest spilled to disk. Its
+statements are files beside the others (`blobgc/sql/inventory/`, loaded with `blobgc.core.queries.load`),
+every value bound as a DuckDB parameter (`$name`); its settings are passed as the connection's configuration.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from blobgc.core import queries
 from blobgc.core.objects import error_code
 from blobgc.core.settings import ConfigurationError
 
@@ -169,7 +172,7 @@ def schema_fields(file_format: str, file_schema: str, where: str) -> tuple[str, 
     return fields
 
 
-def read_manifest(s3, bucket: str, manifest_key: str, *, source_bucket: str, configuration: str) -> Report:
+def read_manifest(s3: Any, bucket: str, manifest_key: str, *, source_bucket: str, configuration: str) -> Report:
     """Read and check one manifest.json against its manifest.checksum and the source bucket."""
     where = f"s3://{bucket}/{manifest_key}"
     body = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
@@ -200,7 +203,7 @@ def read_manifest(s3, bucket: str, manifest_key: str, *, source_bucket: str, con
     return Report(source_bucket, bucket, configuration, manifest_key, created, file_format, fields, files)
 
 
-def folders(s3, bucket: str, prefix: str) -> list[str]:
+def folders(s3: Any, bucket: str, prefix: str) -> list[str]:
     """The folder names (without the trailing /) directly below `prefix`."""
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
@@ -208,7 +211,7 @@ def folders(s3, bucket: str, prefix: str) -> list[str]:
     return found
 
 
-def newest_report(s3, destination: Destination, source_bucket: str, configuration: str) -> Report | None:
+def newest_report(s3: Any, destination: Destination, source_bucket: str, configuration: str) -> Report | None:
     """The newest complete report of one configuration (a report folder without manifest.json is being written)."""
     base = f"{destination.reports_of(source_bucket)}{configuration}/"
     for folder in sorted(
@@ -229,7 +232,7 @@ def newest_report(s3, destination: Destination, source_bucket: str, configuratio
     return None
 
 
-def find_report(s3, destination: Destination, source_bucket: str) -> Report:
+def find_report(s3: Any, destination: Destination, source_bucket: str) -> Report:
     """The newest report, among the configurations whose schema lists Key, Size and LastModifiedDate."""
     base = destination.reports_of(source_bucket)
     configurations = folders(s3, destination.bucket, base)
@@ -266,7 +269,7 @@ def find_report(s3, destination: Destination, source_bucket: str) -> Report:
     return report
 
 
-def download(s3, report: Report, directory: Path) -> list[Path]:
+def download(s3: Any, report: Report, directory: Path) -> list[Path]:
     """Fetch every data file into `directory`, checking each one's size and MD5 against the manifest."""
     directory.mkdir(parents=True, exist_ok=True)
 
@@ -308,12 +311,14 @@ class Engine:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.duckdb = duckdb
-        self.db = duckdb.connect(str(directory / "reconcile.duckdb"))
-        self.db.execute(f"SET memory_limit = '{memory_limit}'")
-        self.db.execute(f"SET temp_directory = '{directory / 'spill'}'")
-        self.db.execute("SET preserve_insertion_order = false")
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "memory_limit": memory_limit,
+            "temp_directory": str(directory / "spill"),
+            "preserve_insertion_order": False,
+        }
         if threads:
-            self.db.execute(f"SET threads = {int(threads)}")
+            config["threads"] = int(threads)
+        self.db = duckdb.connect(str(directory / "reconcile.duckdb"), config=config)
 
     def close(self) -> None:
         self.db.close()
@@ -321,14 +326,17 @@ class Engine:
     def load_inventory(self, report: Report, paths: Sequence[Path]) -> int:
         """Table `inventory(key, size, modified_ms, h)` (h: the key's hash, which parts the anti-join) of the
         report's current objects: delete markers and noncurrent versions (a versioned inventory) left out, CSV
-        keys URL-decoded. Returns its row count."""
+        keys URL-decoded. Returns its row count.
+
+        The data files are registered as the view `inventory_files`; one statement per format reads them, told by
+        parameters whether the report has the version fields (IsLatest, IsDeleteMarker)."""
         fields = report.fields
         files = [str(p) for p in paths]
         if report.file_format == "CSV":
             columns = {f: "VARCHAR" for f in fields}
             try:
                 source = self.db.read_csv(
-                    files,
+                    files,  # type: ignore[arg-type]  # DuckDB reads a list of files; its stubs name one path
                     header=False,
                     columns=columns,
                     compression="gzip",
@@ -343,18 +351,14 @@ class Engine:
                     f"{report.location}: its data files do not read as CSV with the fileSchema's "
                     f"{len(fields)} fields: {error}"
                 ) from error
-            key = "TRY(url_decode(replace(\"Key\", '+', ' ')))"
-            size = 'TRY_CAST("Size" AS BIGINT)'
-            modified = 'epoch_ms(TRY_CAST("LastModifiedDate" AS TIMESTAMP))'
-            latest = "\"IsLatest\" = 'true'" if "IsLatest" in fields else "true"
-            marker = "\"IsDeleteMarker\" = 'true'" if "IsDeleteMarker" in fields else "false"
+            statement = "inventory/create_inventory_from_csv"
         else:
             wanted = [PARQUET_COLUMNS.get(f, f) for f in fields]
             for path in files:
                 names = [
                     r[0]
                     for r in self.db.execute(
-                        "SELECT name FROM parquet_schema(?) WHERE num_children IS NULL OR num_children = 0", [path]
+                        queries.load("inventory/select_parquet_columns"), {"path": path}
                     ).fetchall()
                 ]
                 if missing := [c for c in wanted if c not in names]:
@@ -363,17 +367,13 @@ class Engine:
                         f"that the manifest's fileSchema names (it has {', '.join(names)})"
                     )
             source = self.db.read_parquet(files)
-            key, size = "key", "CAST(size AS BIGINT)"
-            modified = "epoch_ms(last_modified_date)"
-            latest = "coalesce(is_latest, true)" if "IsLatest" in fields else "true"
-            marker = "coalesce(is_delete_marker, false)" if "IsDeleteMarker" in fields else "false"
+            statement = "inventory/create_inventory_from_parquet"
         self.db.register("inventory_files", source)
         try:
-            self.db.execute(f"""
-                CREATE OR REPLACE TABLE inventory AS
-                SELECT {key} AS key, {size} AS size, {modified} AS modified_ms,
-                       hash({key}) AS h
-                FROM inventory_files WHERE {latest} AND NOT {marker}""")
+            self.db.execute(
+                queries.load(statement),
+                {"has_is_latest": "IsLatest" in fields, "has_is_delete_marker": "IsDeleteMarker" in fields},
+            )
         except self.duckdb.Error as error:
             raise InventoryError(
                 f"{report.location}: its data files do not match the manifest's fileSchema "
@@ -381,35 +381,37 @@ class Engine:
             ) from error
         finally:
             self.db.unregister("inventory_files")
-        bad = self.db.execute(
-            "SELECT count(*) FILTER (key IS NULL), count(*) FILTER (size IS NULL OR size < 0), "
-            "count(*) FILTER (modified_ms IS NULL) FROM inventory"
-        ).fetchone()
+        bad = self.db.execute(queries.load("inventory/count_unreadable_rows")).fetchone() or (0, 0, 0)
         if any(bad):
             raise InventoryError(
                 f"{report.location}: {bad[0]} keys that do not URL-decode, {bad[1]} sizes that are "
                 f"not numbers and {bad[2]} LastModifiedDate values that are not timestamps: the data "
                 f"files do not match the manifest's fileSchema ({', '.join(fields)})"
             )
-        return self.db.execute("SELECT count(*) FROM inventory").fetchone()[0]
+        return self.count("inventory/count_inventory_keys")
+
+    def create_accounted(self) -> None:
+        """Table `accounted(key, required, h)`, empty: the keys the rows form (`load_accounted` fills it)."""
+        self.db.execute(queries.load("inventory/create_accounted_keys"))
 
     def load_accounted(self, path: Path) -> None:
         """Append a headerless CSV file of (key, required), PostgreSQL `COPY ... (FORMAT csv)` output, to table
         `accounted(key, required, h)`."""
-        self.db.execute(
-            """INSERT INTO accounted
-                           SELECT key, required, hash(key)
-                           FROM read_csv(?, header = false, columns = {'key': 'VARCHAR', 'required': 'BOOLEAN'},
-                                         auto_detect = false, sep = ',', quote = '"', escape = '"')""",
-            [str(path)],
-        )
+        self.db.execute(queries.load("inventory/insert_accounted_keys"), {"path": str(path)})
 
-    def query(self, statement: str, parameters: list | None = None) -> Iterator[tuple]:
-        """Rows of `statement`, fetched 10,000 at a time."""
+    def query(self, statement: str, parameters: dict[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
+        """Rows of the statement named `statement` (`blobgc/sql/inventory/`), fetched 10,000 at a time."""
         cursor = self.db.cursor()
-        cursor.execute(statement, parameters or [])
+        cursor.execute(queries.load(statement), parameters or {})
         while rows := cursor.fetchmany(10_000):
             yield from rows
+
+    def count(self, statement: str, parameters: dict[str, Any] | None = None) -> int:
+        """The one number the statement named `statement` (a count) returns."""
+        row = self.db.execute(queries.load(statement), parameters or {}).fetchone()
+        if row is None:
+            raise LookupError(f"{statement} returned no row where a count returns one")
+        return int(row[0])
 
 
 @contextmanager

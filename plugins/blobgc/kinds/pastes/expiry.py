@@ -26,7 +26,7 @@ deleted. A paste deleted by one run is gone for every other, so no paste is coun
 
 **The re-upload race:** a paste created with the same content after its old content row was
 deleted makes a new content row (and uploads the object again) under the same key. The owed
-deletion must then keep the object: the layout's drain-time guard (`blobgc.core.keys.PASTE_CONTENTS`)
+deletion must then keep the object: the layout's drain-time guard (`blobgc.kinds.pastes.layouts.PASTE_CONTENTS`)
 inserts an uncommitted placeholder row per hash before deleting: a hash that exists again is kept,
 and a writer of the same content waits on the placeholder until the deletion is done, then creates
 its row as new and uploads the object again. The write path is the application's
@@ -51,7 +51,6 @@ import psycopg
 from blobgc.core import queries
 from blobgc.core.cache_purge import owe_cache_purge
 from blobgc.core.gate import let_through
-from blobgc.core.keys import PASTE_CONTENTS, content_key
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
@@ -70,6 +69,7 @@ from blobgc.core.plans import (
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts, ensure_run
 from blobgc.core.sizes import human_bytes
+from blobgc.kinds.pastes.layouts import PASTE_CONTENTS, content_key
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def split_expiry_contents(conn: psycopg.Connection, expired_before: datetime, pa
     bounds = [
         row[0]
         for row in conn.execute(
-            queries.load("pastes/select_expiry_content_split"),
+            queries.load("pastes/select_expiry_content_split", "blobgc.kinds.pastes"),
             {"fractions": fractions, "expired_before": expired_before},
         )
     ]
@@ -182,7 +182,7 @@ def plan_expiry(
     while True:
         with conn.transaction():
             batch = conn.execute(
-                queries.load("pastes/select_expiry_plan_batch"),
+                queries.load("pastes/select_expiry_plan_batch", "blobgc.kinds.pastes"),
                 {**params, "after_hash": after[0], "after_short_code": after[1]},
             ).fetchall()
             if not batch:
@@ -190,7 +190,7 @@ def plan_expiry(
             code, last_hash = batch[-1]
             after = (last_hash, code)
             going = conn.execute(
-                queries.load("pastes/select_contents_going_with_batch"),
+                queries.load("pastes/select_contents_going_with_batch", "blobgc.kinds.pastes"),
                 {
                     "hashes": sorted({digest for _, digest in batch}),
                     "expired_before": expired_before,
@@ -209,11 +209,9 @@ def plan_expiry(
                 keys=keys,
                 sizes=sizes,
                 row_ids=[c for c, _ in batch],
+                rows=len(batch) + len(going),
             )
             batch_bytes = sum(size or 0 for size in sizes)
-            if run.dry_run:
-                record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=part)
-                add_counts(conn, run, rows=len(batch) + len(going), objects=len(keys), bytes_=batch_bytes, part=part)
         result.batches += 1
         result.pastes += len(batch)
         result.contents += len(going)
@@ -254,7 +252,8 @@ class ExpiryExecution(TaskResult):
 def plan_cutoff(conn: psycopg.Connection, run: RunRef) -> datetime:
     """The cutoff the plan `run` executes was made with (the planning run's reference time)."""
     row = conn.execute(
-        queries.load("pastes/select_plan_cutoff"), {"dag_id": run.dag_id, "plan_run_id": plan_of(conn, run)}
+        queries.load("pastes/select_plan_cutoff", "blobgc.kinds.pastes"),
+        {"dag_id": run.dag_id, "plan_run_id": plan_of(conn, run)},
     ).fetchone()
     if row is None or row[0] is None:
         raise LookupError(f"the plan of {run.run_id} has no reference time")
@@ -325,13 +324,13 @@ def execute_expiry_item(
     planned_keys = set(item.keys)
     with conn.transaction():
         claimed = conn.execute(
-            queries.load("pastes/delete_planned_pastes"),
+            queries.load("pastes/delete_planned_pastes", "blobgc.kinds.pastes"),
             {"codes": item.row_ids or [], "expired_before": expired_before},
         ).fetchall()
         per_content = sorted(Counter(digest for _, digest in claimed).items())
         decremented = (
             conn.execute(
-                queries.load("pastes/decrement_contents"),
+                queries.load("pastes/decrement_contents", "blobgc.kinds.pastes"),
                 {
                     "hashes": [digest for digest, _ in per_content],
                     "counts": [n for _, n in per_content],
@@ -343,7 +342,9 @@ def execute_expiry_item(
         at_zero = [digest for digest, ref_count, _ in decremented if ref_count <= 0]
         planned = [digest for digest in at_zero if content_key(digest) in planned_keys]
         deleted = (
-            conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": planned}).fetchall()
+            conn.execute(
+                queries.load("pastes/delete_unreferenced_contents", "blobgc.kinds.pastes"), {"hashes": planned}
+            ).fetchall()
             if planned
             else []
         )
@@ -374,9 +375,11 @@ def execute_orphan_item(
     (repairing their count), delete those, and owe their objects. Returns the contents deleted."""
     hashes = sorted(item.row_ids or [])
     with conn.transaction():
-        conn.execute(queries.load("pastes/lock_contents"), {"hashes": hashes})
-        conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": hashes})
-        deleted = conn.execute(queries.load("pastes/delete_unreferenced_contents"), {"hashes": hashes}).fetchall()
+        conn.execute(queries.load("pastes/lock_contents", "blobgc.kinds.pastes"), {"hashes": hashes})
+        conn.execute(queries.load("pastes/repair_ref_counts", "blobgc.kinds.pastes"), {"hashes": hashes})
+        deleted = conn.execute(
+            queries.load("pastes/delete_unreferenced_contents", "blobgc.kinds.pastes"), {"hashes": hashes}
+        ).fetchall()
         owed = [content_key(d) for d, _ in deleted]
         record_deletions(
             conn, run, source=SOURCE, bucket=item.bucket, keys=owed, sizes=[s for _, s in deleted], part=part
@@ -431,7 +434,7 @@ def check_ref_counts(
         plan_orphans = False
     if plan_orphans:
         restart_planning(conn, run, ORPHANS_PART)
-    candidates = conn.execute(queries.load("pastes/select_drifted_contents")).fetchall()
+    candidates = conn.execute(queries.load("pastes/select_drifted_contents", "blobgc.kinds.pastes")).fetchall()
     drifted = [row for row in candidates if row[1] != row[2]]
     report.drifted = len(drifted)
     report.total_drift = sum(abs(ref_count - pastes) for _, ref_count, pastes, _ in drifted)
@@ -450,12 +453,16 @@ def check_ref_counts(
             if run.dry_run:  # repairs nothing: the scan's orphans are the plan's
                 orphans = [(d, size) for d, _, n, size in part if n == 0]
             else:
-                conn.execute(queries.load("pastes/lock_contents"), {"hashes": hashes})
+                conn.execute(queries.load("pastes/lock_contents", "blobgc.kinds.pastes"), {"hashes": hashes})
                 report.repaired += len(
-                    conn.execute(queries.load("pastes/repair_ref_counts"), {"hashes": hashes}).fetchall()
+                    conn.execute(
+                        queries.load("pastes/repair_ref_counts", "blobgc.kinds.pastes"), {"hashes": hashes}
+                    ).fetchall()
                 )
                 orphans = (
-                    conn.execute(queries.load("pastes/select_pasteless_contents"), {"hashes": hashes}).fetchall()
+                    conn.execute(
+                        queries.load("pastes/select_pasteless_contents", "blobgc.kinds.pastes"), {"hashes": hashes}
+                    ).fetchall()
                     if plan_orphans
                     else []
                 )
@@ -471,17 +478,8 @@ def check_ref_counts(
                     keys=keys,
                     sizes=sizes,
                     row_ids=[d for d, _ in orphans],
+                    rows=len(orphans),
                 )
-                if run.dry_run:
-                    record_deletions(conn, run, source=SOURCE, bucket=bucket, keys=keys, sizes=sizes, part=ORPHANS_PART)
-                    add_counts(
-                        conn,
-                        run,
-                        rows=len(orphans),
-                        objects=len(keys),
-                        bytes_=sum(s or 0 for s in sizes),
-                        part=ORPHANS_PART,
-                    )
                 report.orphans_planned += len(orphans)
                 report.orphan_bytes_planned += sum(s or 0 for s in sizes)
     if candidates:

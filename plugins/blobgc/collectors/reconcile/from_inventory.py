@@ -3,7 +3,7 @@
 A bucket of a billion objects takes a million LIST calls to walk. Its daily inventory report
 already lists every key with its size and LastModified, so one task per bucket:
 
-1. reads the newest report (`blobgc.core.inventory`: the manifest and its checksum, each data
+1. reads the newest report (`blobgc.core.inventory_reports`: the manifest and its checksum, each data
    file's MD5) into DuckDB, in a scratch directory, its memory bounded and the rest spilled;
 2. streams every key the database accounts for into DuckDB beside it (PostgreSQL `COPY ... TO
    STDOUT`): each seed layout's keys formed in SQL (`KeySource.keys_query`) and each collection's
@@ -11,7 +11,7 @@ already lists every key with its size and LastModified, so one task per bucket:
 3. anti-joins the two, hash-partitioned into parts of about `PART_ROWS` inventory keys, each part
    joined alone so memory stays bounded at any scale;
 4. checks each part's leftovers against the live database exactly as a listing's page is checked
-   (a key's layout or template names its row; one query per 1000 keys). Orphans older than the
+   (`checks.judge_keys`: a key's layout or template names its row; one query per 1000 keys). Orphans older than the
    cut-off by the report are owed through the same deletion log and outbox as listed ones. The
    report is hours old, so their log rows carry the cut-off: the drain, under each layout's guard
    and just before deleting, asks the store for each object now (`blobgc.core.outbox`). An object
@@ -24,6 +24,9 @@ What is in scope is what a listing run would list (`Scope`): the same sources, c
 unknown folders and Param `prefixes`, so both sources find the same orphans, unknown keys and
 missing objects. Each batch of a part is recorded in one transaction with the part's checkpoint
 (its phase and last key); a retry resumes after it.
+
+The DuckDB statements are files (`blobgc/sql/inventory/`); a part is the keys whose hash `h` leaves
+`part` modulo `parts`, both bound as parameters.
 """
 
 from __future__ import annotations
@@ -32,25 +35,33 @@ import logging
 import math
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
-from blobgc.collectors.reconcile import (
-    BLOB_OBJECTS,
+from blobgc.collectors.reconcile import present_sources
+from blobgc.collectors.reconcile.checks import (
+    LACKING,
+    LEFTOVERS,
     PAGE,
-    KeySource,
-    Shard,
-    ShardResult,
+    Findings,
+    Owner,
+    advance_checkpoint,
     check_age_floor,
-    present_sources,
+    judge_keys,
+    judged_age,
+    owner_source,
+    plan_orphans,
+    read_checkpoint,
+    report_findings,
 )
+from blobgc.collectors.reconcile.shards import Shard, ShardResult, sources_in_run
 from blobgc.core import queries
-from blobgc.core.collections import BoundCollection, accounted_keys
-from blobgc.core.inventory import (
+from blobgc.core.collections import BoundCollection
+from blobgc.core.inventory_reports import (
     Destination,
     Engine,
     InventoryError,
@@ -60,16 +71,14 @@ from blobgc.core.inventory import (
     find_report,
     read_manifest,
 )
+from blobgc.core.keys import KeySource
 from blobgc.core.objects import object_stats
-from blobgc.core.outbox import record_in_batches
-from blobgc.core.plans import add_plan_item
-from blobgc.core.runs import RunRef, add_counts
+from blobgc.core.runs import RunRef
 
 log = logging.getLogger(__name__)
 
 PART_ROWS = 5_000_000  # inventory keys per part of the anti-join: about 1 GB of DuckDB memory at most
 COPY_CHUNK = 256 << 20  # bytes of COPY output loaded into DuckDB at a time
-LEFTOVERS, LACKING = "leftovers", "lacking"  # a part's two phases, in its checkpoint
 BATCH = PAGE  # keys checked and recorded per transaction
 
 
@@ -120,13 +129,7 @@ def scopes(
     A run limited by the Param `collections` (`seeds` false) reads only the buckets its collections' objects are in
     (app_blob's, seed 000's layout, are in the run's bucket): no other bucket, the run's included, is read or needs
     a report."""
-    present = present_sources(conn)
-    if seeds:
-        sources = present
-    else:  # a run limited to collections: app_blob's objects are seed 000's layout
-        sources = tuple(
-            s for s in present if s.layout is BLOB_OBJECTS and any(b.collection.column_mode for b in collections)
-        )
+    sources = sources_in_run(present_sources(conn), collections, seeds=seeds)
     own = [b for b in collections if not b.collection.column_mode]
     buckets = dict.fromkeys([run_bucket] + [b.bucket for b in own])
     # the run's bucket's unknown keys are reported only when something points at it (a seed layout whose table
@@ -173,32 +176,17 @@ def scope_of(
     )
 
 
-@dataclass
-class Part:
-    """One batch's findings (a part's are recorded batch by batch, in the part's one transaction)."""
-
-    orphans: list[tuple[str, int]] = field(default_factory=list)
-    young: int = 0
-    unknown: list[tuple[str, str | None]] = field(default_factory=list)  # (key, its collection's source or None)
-    missing: list[tuple[str, str]] = field(default_factory=list)  # (key, source)
-    considered: int = 0  # keys in the run's scope
-    accounted: int = 0  # of them, keys a row accounts for
-    first_young_ms: int | None = None  # the oldest LastModified (ms) among the keys too young to judge
-
-
 def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: Path) -> int:
     """Every key the scope's rows account for into DuckDB table `accounted`, through COPY in chunks."""
     statements: list[tuple[str, sql.Composable]] = [
         (s.name, sql.SQL(queries.load(s.keys_query))) for s in scope.sources
     ]
     statements += [(b.name, b.rendered_keys()) for b in scope.collections]
-    db.db.execute("CREATE OR REPLACE TABLE accounted (key VARCHAR, required BOOLEAN, h UBIGINT)")
+    db.create_accounted()
     path = scratch / "accounted.csv"
     for name, statement in statements:
-        with (
-            conn.cursor() as cursor,
-            cursor.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(statement)) as copy,
-        ):
+        copy_out = sql.SQL(queries.load("reconcile/copy_accounted_keys")).format(statement=statement)
+        with conn.cursor() as cursor, cursor.copy(copy_out) as copy:
             out, written = path.open("wb"), 0
             try:
                 for chunk in copy:
@@ -213,53 +201,31 @@ def copy_accounted(conn: psycopg.Connection, db: Engine, scope: Scope, scratch: 
             db.load_accounted(path)
         log.info("accounted-for keys of %s copied", name)
     path.unlink(missing_ok=True)
-    return db.db.execute("SELECT count(*) FROM accounted").fetchone()[0]
+    return db.count("inventory/count_accounted_keys")
 
 
 def classify(
-    conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int, int]], cutoff_ms: int, part: Part
+    conn: psycopg.Connection, scope: Scope, items: list[tuple[str, int, int]], cutoff: datetime, found: Findings
 ) -> None:
     """Check inventory keys that no formed key matched against the live database, as a listing's page is."""
-    by_owner: dict[int, tuple[KeySource | BoundCollection, list[tuple[str, int, int]]]] = {}
-    for item in items:
-        owned = scope.owner(item[0])
+    by_owner: dict[int, tuple[Owner, list[tuple[str, int, datetime]]]] = {}
+    for key, size, modified_ms in items:
+        owned = scope.owner(key)
         if owned is None or not scope.within(owned[1]):
             continue
-        part.considered += 1
+        found.considered += 1
         owner = owned[0]
         if owner is None:
-            part.unknown.append((item[0], None))
+            found.unknown.append((key, None))
         else:
-            by_owner.setdefault(id(owner), (owner, []))[1].append(item)
+            modified = datetime.fromtimestamp(modified_ms / 1000, UTC)
+            by_owner.setdefault(id(owner), (owner, []))[1].append((key, size, modified))
     for owner, owned_items in by_owner.values():
-        keys = [k for k, _, _ in owned_items]
-        if isinstance(owner, BoundCollection):
-            accounted, unparsed = accounted_keys(conn, owner, keys)
-            part.unknown += [(k, owner.collection.source) for k in keys if k in unparsed]
-        else:
-            refs = {k: ref for k in keys if (ref := owner.layout.identity(k)) is not None}
-            part.unknown += [(k, None) for k in keys if k not in refs]
-            existing = (
-                {r[0] for r in conn.execute(queries.load(owner.existing_query), {"refs": sorted(set(refs.values()))})}
-                if refs
-                else set()
-            )
-            accounted = {k for k, ref in refs.items() if ref in existing}
-            unparsed = set(keys) - set(refs)
-        for key, size, modified_ms in owned_items:
-            if key in unparsed:
-                continue
-            if key in accounted:
-                part.accounted += 1
-            elif modified_ms < cutoff_ms:
-                part.orphans.append((key, size))
-            else:
-                part.young += 1
-                if part.first_young_ms is None or modified_ms < part.first_young_ms:
-                    part.first_young_ms = modified_ms
+        judge_keys(conn, owner, owned_items, cutoff, found)
 
 
 def batches(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    """`rows` in lists of `size` (the last one shorter): each batch is checked and recorded in one transaction."""
     batch: list[tuple] = []
     for row in rows:
         batch.append(row)
@@ -270,113 +236,39 @@ def batches(rows: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
         yield batch
 
 
-def source_of(owner: KeySource | BoundCollection) -> str:
-    return owner.collection.source if isinstance(owner, BoundCollection) else owner.name
-
-
 def record_batch(
-    conn: psycopg.Connection, run: RunRef, scope: Scope, name: str, found: Part, result: ShardResult, cutoff: datetime
+    conn: psycopg.Connection,
+    run: RunRef,
+    scope: Scope,
+    name: str,
+    found: Findings,
+    result: ShardResult,
+    cutoff: datetime,
 ) -> None:
     """Plan a batch's orphans and record its findings (inside the batch's transaction); add them to `result`.
 
-    The orphans are judged by the report's LastModified, hours old: their log rows carry the cut-off, and the drain
+    The orphans are judged by the report's LastModified, hours old: their plan items carry the cut-off, and the drain
     asks the store about each just before deleting it (`blobgc.core.outbox`): an object written again since is
-    kept (its row may be on its way), one deleted since is settled as absent, never counted, never an error."""
-    by_owner: dict[str, tuple[KeySource | BoundCollection, list[tuple[str, int]]]] = {}
+    kept (its row may be on its way), one deleted since is settled as absent, never counted, never an error. A dry
+    run's report counts each collection's under a part of its own."""
+    by_owner: dict[str, tuple[Owner, list[tuple[str, int]]]] = {}
     for key, size in found.orphans:
         owner = scope.owner(key)[0]  # type: ignore[index]
-        by_owner.setdefault(source_of(owner), (owner, []))[1].append((key, size))
-    for source, (owner, orphans) in by_owner.items():
+        by_owner.setdefault(owner_source(owner), (owner, []))[1].append((key, size))  # type: ignore[arg-type]
+    for owner, orphans in by_owner.values():
         collection = owner.name if isinstance(owner, BoundCollection) else None
-        for start in range(0, len(orphans), PAGE):  # planned; owed after the gate, checked again by the drain
-            chunk = orphans[start : start + PAGE]
-            add_plan_item(
-                conn,
-                run,
-                part=name,
-                collection=collection,
-                source=source,
-                bucket=scope.bucket,
-                keys=[k for k, _ in chunk],
-                sizes=[s for _, s in chunk],
-                modified_before=cutoff,
-            )
-        if run.dry_run:  # a dry run's part belongs to one collection
-            record_in_batches(
-                conn,
-                run,
-                source=source,
-                bucket=scope.bucket,
-                keys=[k for k, _ in orphans],
-                sizes=[s for _, s in orphans],
-                batch_size=PAGE,
-                part=name,
-                modified_before=cutoff,
-            )
-            add_counts(
-                conn,
-                run,
-                objects=len(orphans),
-                bytes_=sum(s for _, s in orphans),
-                part=f"{name} {collection}" if collection else name,
-                collection=collection,
-            )
-    for kind, keys_found in (("unknown_key", found.unknown), ("missing_object", found.missing)):
-        for source in {s for _, s in keys_found}:
-            conn.execute(
-                queries.load("reconcile/insert_findings"),
-                {
-                    "run_id": run.run_id,
-                    "kind": kind,
-                    "bucket": scope.bucket,
-                    "source": source,
-                    "keys": [k for k, s in keys_found if s == source],
-                },
-            )
-    result.orphans += len(found.orphans)
-    result.accounted += found.accounted
-    result.orphan_bytes += sum(size for _, size in found.orphans)
-    result.too_young += found.young
-    result.unknown_keys += len(found.unknown)
-    result.missing_objects += len(found.missing)
-
-
-def checkpoint(
-    conn: psycopg.Connection,
-    run: RunRef,
-    name: str,
-    phase: str,
-    after: str,
-    found: Part,
-    *,
-    keys: int = 0,
-    done: bool = False,
-    bucket: str | None = None,
-    age_floor: timedelta = timedelta(0),
-) -> None:
-    """Record a part's progress and add a batch's counts; its report counts under `bucket` (`not_planned`)."""
-    first = found.first_young_ms
-    conn.execute(
-        queries.load("reconcile/upsert_checkpoint"),
-        {
-            "run_id": run.run_id,
-            "shard": name,
-            "start_after": after,
-            "pending_ref": phase,
-            "pending_keys": [],
-            "keys": keys,
-            "orphans": len(found.orphans),
-            "orphan_bytes": sum(s for _, s in found.orphans),
-            "young": found.young,
-            "unknown": len(found.unknown),
-            "missing": len(found.missing),
-            "done": done,
-            "scope": bucket,
-            "considered": found.considered,
-            "accounted": found.accounted,
-            "first_eligible_at": None if first is None else datetime.fromtimestamp(first / 1000, UTC) + age_floor,
-        },
-    )
+        plan_orphans(
+            conn,
+            run,
+            owner,
+            orphans,
+            part=name,
+            bucket=scope.bucket,
+            cutoff=cutoff,
+            counts_part=f"{name} {collection}" if collection else name,
+        )
+    report_findings(conn, run, scope.bucket, found)
+    result.add(found)
 
 
 def reconcile_part(
@@ -399,38 +291,31 @@ def reconcile_part(
     2. the keys rows must have that the report lacks (in key order), asked of the store.
     """
     result = ShardResult(name)
-    row = conn.execute(queries.load("reconcile/select_checkpoint"), {"run_id": run.run_id, "shard": name}).fetchone()
-    phase, after = (row[1], row[0]) if row else (LEFTOVERS, "")
-    cutoff_ms = int(cutoff.timestamp() * 1000)
-    # the part's hash bucket as constants: bound as parameters, DuckDB compared the UBIGINT hash through a cast
-    # and the anti-join ran four times slower
-    in_part = f"h % {int(parts)} = {int(p)}"
+    checkpoint = read_checkpoint(conn, run, name)
+    phase, after = (checkpoint.inventory_phase, checkpoint.start_after) if checkpoint else (LEFTOVERS, "")
+    in_part = {"parts": parts, "part": p}
     if phase == LEFTOVERS:
-        leftovers = db.query(
-            f"""
-            SELECT i.key, i.size, i.modified_ms
-            FROM (SELECT key, size, modified_ms FROM inventory WHERE {in_part} AND key > $1) AS i
-            ANTI JOIN (SELECT key FROM accounted WHERE {in_part}) AS a USING (key)
-            ORDER BY i.key""",
-            [after],
-        )
+        leftovers = db.query("inventory/select_leftover_keys", {**in_part, "after": after})
         for batch in batches(leftovers, BATCH):
-            found = Part()
-            classify(conn, scope, batch, cutoff_ms, found)
+            found = Findings()
+            classify(conn, scope, batch, cutoff, found)
             with conn.transaction():
                 record_batch(conn, run, scope, name, found, result, cutoff)
-                checkpoint(conn, run, name, LEFTOVERS, batch[-1][0], found, bucket=scope.bucket, age_floor=age_floor)
+                advance_checkpoint(
+                    conn,
+                    run,
+                    name,
+                    start_after=batch[-1][0],
+                    found=found,
+                    scope=scope.bucket,
+                    age_floor=age_floor,
+                    inventory_phase=LEFTOVERS,
+                )
             result.pages += 1
         phase, after = LACKING, ""
-    lacking = db.query(
-        f"""
-        SELECT a.key FROM (SELECT key FROM accounted WHERE required AND {in_part} AND key > $1) AS a
-        ANTI JOIN (SELECT key FROM inventory WHERE {in_part}) AS i USING (key)
-        ORDER BY a.key""",
-        [after],
-    )
+    lacking = db.query("inventory/select_lacking_keys", {**in_part, "after": after})
     for batch in batches(lacking, BATCH):
-        found = Part()
+        found = Findings()
         owned = [
             (key, o[0])
             for (key,) in batch
@@ -441,38 +326,33 @@ def reconcile_part(
             found.missing = [(key, source.name) for key, source in owned if key not in present]
         with conn.transaction():
             record_batch(conn, run, scope, name, found, result, cutoff)
-            checkpoint(conn, run, name, LACKING, batch[-1][0], found, bucket=scope.bucket)
+            advance_checkpoint(
+                conn, run, name, start_after=batch[-1][0], found=found, scope=scope.bucket, inventory_phase=LACKING
+            )
         result.pages += 1
-    result.keys_checked = db.db.execute(f"SELECT count(*) FROM inventory WHERE {in_part}").fetchone()[0]
+    result.keys_checked = db.count("inventory/count_part_keys", in_part)
     # the report's keys some row forms: considered and accounted for without a look at the live database
-    matched = db.db.execute(f"""
-        SELECT count(*) FROM (SELECT key FROM inventory WHERE {in_part}) AS i
-        SEMI JOIN (SELECT key FROM accounted WHERE {in_part}) AS a USING (key)""").fetchone()[0]
+    matched = db.count("inventory/count_matched_keys", in_part)
     result.accounted += matched
     with conn.transaction():
-        checkpoint(
+        advance_checkpoint(
             conn,
             run,
             name,
-            LACKING,
-            "",
-            Part(considered=matched, accounted=matched),
+            start_after="",
+            found=Findings(considered=matched, accounted=matched),
             keys=result.keys_checked,
             done=True,
-            bucket=scope.bucket,
+            scope=scope.bucket,
+            inventory_phase=LACKING,
         )
     return result
 
 
 def done_parts(conn: psycopg.Connection, run: RunRef, names: Iterable[str]) -> set[str]:
-    wanted = list(names)
-    return {
-        r[0]
-        for r in conn.execute(
-            "SELECT shard FROM blobgc.reconcile_checkpoint WHERE run_id = %s AND shard = ANY(%s) AND done",
-            (run.run_id, wanted),
-        )
-    }
+    """The parts among `names` that this run has done (a retried task skips them)."""
+    rows = conn.execute(queries.load("reconcile/select_done_parts"), {"run_id": run.run_id, "shards": list(names)})
+    return {r[0] for r in rows}
 
 
 def reconcile_from_inventory(
@@ -494,7 +374,7 @@ def reconcile_from_inventory(
     `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
     """
     check_age_floor(run, cutoff)
-    age_floor = (run.reference_time or datetime.now(UTC)) - cutoff  # an object this old is judged
+    age_floor = judged_age(run, cutoff)  # an object this old is judged
     where = Destination.parse(manifest.rsplit("/", 1)[0], source_bucket=scope.bucket)
     configuration = where.prefix.rstrip("/").split("/")[-2]
     report = read_manifest(

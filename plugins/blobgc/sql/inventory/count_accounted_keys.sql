@@ -1,0 +1,2 @@
+-- (DuckDB) The keys of table accounted: every key the rows form.
+SELECT count(*) FROM accounted

@@ -1,0 +1,2 @@
+-- (DuckDB) The keys of table inventory: the report's current objects.
+SELECT count(*) FROM inventory

@@ -1,2 +1,0 @@
--- Every key a content row accounts for (and must have), for the inventory anti-join: blobgc.core.keys.content_key.
-SELECT 'pastes/' || content_hash, true FROM app.content

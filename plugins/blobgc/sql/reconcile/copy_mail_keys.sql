@@ -1,2 +1,0 @@
--- Every key a generation blob row accounts for (and must have), for the inventory anti-join: blobgc.core.keys.mail_key.
-SELECT 'mail/' || blob_id, true FROM gen.blob
