@@ -39,18 +39,20 @@ from pathlib import Path
 from bench_database import ROOT, fresh_database, objects_present, timed, vacuum
 from paste_expiry import bulk_put
 
+sys.path.insert(0, str(ROOT))  # tests.support.gated: plan, the gate, execute, as a DAG run does
+
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
-from blobgc.kinds.generations.collector import (
+from blobgc.core.outbox import delete_owed_objects  # noqa: E402
+from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.kinds.generations.collector import (  # noqa: E402
     SCAN_PAGE,
     ReferenceFilter,
     build_reference_filter,
-    collect_generations,
     eligible_generations,
     open_generation,
 )
-from blobgc.kinds.generations.layouts import mail_key
-from blobgc.core.outbox import delete_owed_objects  # noqa: E402
-from blobgc.core.runs import RunRef, ensure_run  # noqa: E402
+from blobgc.kinds.generations.layouts import mail_key  # noqa: E402
+from tests.support.gated import collect_generations  # noqa: E402
 
 DAG = "blobgc_generations"
 OUTBOX_DRAINS = 2  # as the DAG's delete_owed_objects task

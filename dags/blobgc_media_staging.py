@@ -1,6 +1,6 @@
 """blobgc_media_staging: deletes abandoned staging uploads of the S3-only media store (seed 004).
 
-Defined in the blobgc package (blobgc/dags/blobgc_media_staging.py); this file enables it.
+Defined in the blobgc package (blobgc.kinds.media.dag); this file enables it.
 """
 from blobgc.dags import load  # airflow DAG from the installed blobgc package
 

@@ -8,10 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from blobgc.kinds.generations.collector import (
-    GenerationError, OpenedGeneration, ReferenceFilter, collect_generation, collect_generations, eligible_generations,
-    execute_plan_part, open_generation, plan_generation, plan_part,
-)
+from blobgc.kinds.generations.collector import GenerationError, OpenedGeneration, ReferenceFilter, eligible_generations, execute_plan_part, open_generation, plan_generation, plan_part
+from tests.support.gated import collect_generation, collect_generations
 from blobgc.core.clients import pg_connect
 from blobgc.kinds.generations.layouts import mail_blob_id as blob_id_for
 from blobgc.core.locks import GENERATION_LOCK_CLASS, hold_generation_shared

@@ -8,10 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from blobgc.kinds.pastes.expiry import (
-    ORPHANS_PART, ExpiryExecution, check_ref_counts, contents_part, execute_expiry_part, expire_due_pastes,
-    plan_expiry, restart_expiry_plan, split_expiry_contents,
-)
+from blobgc.kinds.pastes.expiry import ORPHANS_PART, ExpiryExecution, check_ref_counts, contents_part, execute_expiry_part, plan_expiry, restart_expiry_plan, split_expiry_contents
+from tests.support.gated import expire_due_pastes
 from blobgc.core.cache_purge import purge_owed_cache_keys
 from blobgc.core.clients import pg_connect, s3_client_from_env
 from blobgc.kinds.pastes.layouts import content_key

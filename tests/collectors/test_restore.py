@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from blobgc.kinds.pastes.expiry import expire_due_pastes
+from tests.support.gated import expire_due_pastes
 from blobgc.collectors.restore import (
     RestoreRefused,
     RestoreResult,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis as redis_lib
 
-from blobgc.kinds.pastes.expiry import expire_due_pastes
+from tests.support.gated import expire_due_pastes
 from blobgc.core.cache_purge import CachePurgeError, purge_owed_cache_keys
 from demo_app.pastes import create_paste
 from tests.helpers import NOW, cached_keys

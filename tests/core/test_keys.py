@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from blobgc.kinds.pastes.expiry import expire_due_pastes
+from tests.support.gated import expire_due_pastes
 from blobgc.core.clients import pg_connect, s3_client_from_env
 from blobgc.core.keys import KeyLayoutError
 from blobgc.kinds.blobs.layouts import BLOB_OBJECTS, blob_keys

@@ -193,7 +193,8 @@ def test_every_destructive_dag_plans_before_its_gate_and_deletes_only_after_it(d
 
 def test_every_destructive_dag_is_built_by_the_one_builder_and_none_checks_the_gate_itself(dagbag):
     """Issue 31: the seven destructive DAGs (tagged "destructive") are wired by `destructive_dag`, whose builder
-    marks what it built; no DAG file calls a gate check of its own: the code that executes a plan checks it."""
+    marks what it built; no DAG file and no module of a kind's folder calls a gate check of its own: the code that
+    executes a plan checks it."""
     import re
 
     from blobgc.dag_kit.builder import BUILT_BY
@@ -202,6 +203,8 @@ def test_every_destructive_dag_is_built_by_the_one_builder_and_none_checks_the_g
     assert destructive == set(PLANNING_AND_EXECUTING)
     for dag_id in destructive:
         assert getattr(dagbag.dags[dag_id], BUILT_BY, None) == "destructive_dag", dag_id
-    sources = [*(ROOT / "plugins" / "blobgc" / "dags").glob("*.py"), *DAGS.glob("*.py")]
+    package = ROOT / "plugins" / "blobgc"
+    sources = [*(package / "dags").glob("*.py"), *(package / "kinds").rglob("*.py"), *DAGS.glob("*.py")]
+    assert any(p.name == "dag.py" and p.parent.parent.name == "kinds" for p in sources)
     for path in sources:
         assert not re.search(r"check_may_execute|require_go|check_plan_goes_on|let_through", path.read_text()), path

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from blobgc.kinds.pastes.expiry import expire_due_pastes
+from tests.support.gated import expire_due_pastes
 from blobgc.core.cache_purge import purge_owed_cache_keys
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.runs import RunRef, ensure_run

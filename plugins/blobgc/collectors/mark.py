@@ -71,7 +71,7 @@ def mark_in_columns(
 
     def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
         with c.transaction():
-            unused, used, visibility = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
+            unused, used, visibility = queries.one_row(c.execute(statement, {"lo": lo, "hi": hi}))
         if unused or used or visibility:
             log.info(
                 "range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
@@ -159,7 +159,7 @@ def mark_collection(
 
     def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:
         with c.transaction():
-            unused, used = c.execute(statement, {"lo": lo, "hi": hi}).fetchone()
+            unused, used = queries.one_row(c.execute(statement, {"lo": lo, "hi": hi}))
         if unused or used:
             log.info(
                 "%s range [%s, %s): %d became unused, %d became used%s",

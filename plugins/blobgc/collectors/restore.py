@@ -117,9 +117,11 @@ def plan_restore(
     `sources` limits the restore to those deletion-log sources (some collections'); None is all of them.
     """
     source_dag, source_run = find_source_run(conn, run_id, dag_id)
-    row = conn.execute(
-        queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run, "sources": sources}
-    ).fetchone()
+    row = queries.one_row(
+        conn.execute(
+            queries.load("restore/summarize_run_log"), {"dag_id": source_dag, "run_id": source_run, "sources": sources}
+        )
+    )
     buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
     unversioned, suspended = [], []
     for bucket in buckets:
@@ -365,7 +367,7 @@ def restore_collection_rows(
     )
     with conn.transaction():
         put_back = {r[0] for r in conn.execute(insert, {"images": json.dumps([row.image for row in ready])})}
-    outcomes = [
+    outcomes: list[tuple[str, str | None, str, str | None]] = [
         (
             row.item,
             None,

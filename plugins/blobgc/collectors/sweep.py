@@ -35,7 +35,7 @@ from blobgc.core.plans import (
     record_outcome,
     restart_planning,
 )
-from blobgc.core.queries import Statement
+from blobgc.core.queries import Statement, one_row
 from blobgc.core.references import (
     ReferencesChanged,
     ReferenceSet,
@@ -73,10 +73,10 @@ class SweepResult(TaskResult):
 class SweepStatements:
     """A collection's four statements: claim a batch, delete (or, dry, preview) the unreferenced, forget the kept."""
 
-    select_batch: sql.Composable
-    delete: sql.Composable
-    preview: sql.Composable
-    forget_kept: sql.Composable
+    select_batch: sql.Composed
+    delete: sql.Composed
+    preview: sql.Composed
+    forget_kept: sql.Composed
 
 
 def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> SweepStatements:
@@ -112,7 +112,7 @@ def statements(bound: BoundCollection, refs: ReferenceSet, *, dry_run: bool) -> 
     )
 
 
-def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composable, ids: list[str]) -> list[tuple]:
+def delete_unreferenced(conn: psycopg.Connection, statement: sql.Composed, ids: list[str]) -> list[tuple]:
     """Delete the rows of `ids` that no reference points at, inside a savepoint; returns (id, size, key values,
     row image).
 
@@ -291,7 +291,7 @@ def count_not_planned(
             mark_join=sql.SQL("LEFT JOIN {marks} AS m ON m.id = t.{id}").format(marks=marks, id=sql.Identifier(c.id)),
         )
     statement = bound.statement("sweep/count_row_states", **parts)
-    row = conn.execute(statement, {"cutoff": cutoff, "lo": key_range[0], "hi": key_range[1]}).fetchone()
+    row = one_row(conn.execute(statement, {"cutoff": cutoff, "lo": key_range[0], "hi": key_range[1]}))
     counts: dict[str, Any] = {name: int(n) for name, n in zip(NOT_PLANNED_COUNTS, row[:-1], strict=True)}
     waiting_since = row[-1]
     counts["first_eligible_at"] = (

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import psycopg
 from psycopg import sql
@@ -80,6 +81,16 @@ CREATE TABLE IF NOT EXISTS {table} (
 """
 
 Legacy = Callable[[psycopg.Connection, Mapping[str, str]], set[str]]
+
+
+class MigrationOptions(TypedDict, total=False):
+    """apply_migrations's keyword arguments, as main passes them on."""
+
+    folder: Path | None
+    table: str
+    lock: int
+    legacy: Legacy
+    lock_timeout: str | None
 
 
 class MigrationChanged(RuntimeError):
@@ -169,13 +180,14 @@ def advisory_lock(conn: psycopg.Connection, key: int) -> Iterator[None]:
 
 
 def try_advisory_lock(conn: psycopg.Connection, key: int) -> bool:
-    return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+    (locked,) = queries.one_row(conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)))
+    return bool(locked)
 
 
 @contextlib.contextmanager
 def session_lock_timeout(conn: psycopg.Connection, timeout: str) -> Iterator[None]:
     """lock_timeout set to `timeout` for the session, and put back as it was afterwards."""
-    previous = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    (previous,) = queries.one_row(conn.execute("SELECT current_setting('lock_timeout')"))
     conn.execute("SELECT set_config('lock_timeout', %s, false)", (timeout,))
     try:
         yield
@@ -191,7 +203,9 @@ def apply_pending(
     if not schema_exists(conn, schema):
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL(BOOKKEEPING).format(table=table_id))
-    recorded = dict(conn.execute(sql.SQL("SELECT version, checksum FROM {}").format(table_id)).fetchall())
+    recorded: dict[str, str] = dict(
+        conn.execute(sql.SQL("SELECT version, checksum FROM {}").format(table_id)).fetchall()
+    )
     old = legacy(conn, recorded)
     applied_now: list[str] = []
     for version, text in pending:
@@ -220,7 +234,8 @@ def without_existing_schemas(conn: psycopg.Connection, text: str) -> str:
 
 
 def schema_exists(conn: psycopg.Connection, schema: str) -> bool:
-    return conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}).fetchone()[0]
+    (exists,) = queries.one_row(conn.execute(queries.load("privileges/select_schema_exists"), {"schema": schema}))
+    return bool(exists)
 
 
 def apply_one(conn: psycopg.Connection, table_id: sql.Identifier, version: str, text: str, timeout: str) -> None:
@@ -296,7 +311,7 @@ def summary(table: str, applied: list[str], versions: list[str]) -> str:
     return f"{table}: {now}, {before} of {len(versions)} applied before{latest}"
 
 
-def main(argv: list[str] | None = None, **options) -> int:
+def main(argv: list[str] | None = None, **options: Unpack[MigrationOptions]) -> int:
     """Migrate the database BLOBGC_PG_DSN names (`--status`: list what is applied and pending instead);
     `options` are apply_migrations's (blobgc's by default)."""
     logging.basicConfig(level=logging.INFO, format="[migrate] %(message)s")

@@ -126,7 +126,8 @@ def plan_of(conn: psycopg.Connection, run: RunRef) -> str:
             f"run {run.run_id} of {run.dag_id} has no plan: its first task fixes one (clear the "
             "whole run, not only this task)"
         )
-    return row[0]
+    plan_run_id: str = row[0]
+    return plan_run_id
 
 
 def plan_max_age(params: dict[str, Any]) -> float:
@@ -487,9 +488,9 @@ class ExecutionFigures:
 
 
 def execution_figures(conn: psycopg.Connection, dag_id: str, run_id: str) -> ExecutionFigures:
-    items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = conn.execute(
-        queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id}
-    ).fetchone()
+    items_done, rows_skipped, objects_skipped, objects_kept, objects_failed = queries.one_row(
+        conn.execute(queries.load("plans/summarize_execution"), {"dag_id": dag_id, "run_id": run_id})
+    )
     return ExecutionFigures(
         int(items_done), int(rows_skipped), int(objects_skipped) + int(objects_kept), int(objects_failed)
     )

@@ -26,12 +26,16 @@ ALL_DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 @dataclass(frozen=True)
 class DagNeeds:
-    """What one DAG of a kind collects and uses: `tables` maps a table to the privileges the DAG uses on it."""
+    """One DAG of a kind: what it collects and uses (`tables` maps a table to the privileges the DAG uses on it),
+    and, for a DAG the package ships, the module that defines it (a DAG of the application's, such as the
+    crawler, which calls the application's code, names none)."""
 
     what: str  # "seed 002's pastes": named in the error when a table is missing
     tables: Mapping[str, tuple[str, ...]]
     sequences: tuple[str, ...] = ()
     plan_sizes: str | None = None  # where the DAG's plans take their keys' sizes from, in words
+    module: str | None = None  # the kind's module that defines the DAG, when the package ships it (`dag`)
+    summary: str = ""  # what it does, in a line (`python -m blobgc.dags list`)
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,24 @@ from __future__ import annotations
 import runpy
 from typing import TYPE_CHECKING
 
+from blobgc.kinds import KINDS
+
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
-# dag_id -> what it collects (its tables are checked by its first task, never at import)
-DAGS: dict[str, str] = {
+# dag_id -> what it collects (its tables are checked by its first task, never at import): the DAGs of every
+# collection, here, then each kind's own, defined in its folder (blobgc/kinds/<kind>/dag.py)
+COLLECTION_DAG_SUMMARIES: dict[str, str] = {
     "blobgc_mark": "marks the rows of every collection unused or used, from every reference (docs/reference.md §6)",
     "blobgc_sweep": "deletes rows of every collection unused for longer than their grace, then their objects",
     "blobgc_reconcile": "lists the buckets and deletes objects no row accounts for, older than an age floor",
     "blobgc_restore": "undoes one run's deletions on a versioned bucket",
-    "blobgc_paste_expiry": "expires pastes (seed 002: app.paste, app.content, Redis cache keys)",
-    "blobgc_image_cleanup": "removes unbound crawled images (seed 001: app.image)",
-    "blobgc_generations": "generation-based GC with a bloom filter (seed 003: schema gen)",
-    "blobgc_media_staging": "deletes abandoned staging uploads of the S3-only media store (seed 004)",
+}
+KIND_DAGS = {dag_id: needs for kind in KINDS for dag_id, needs in kind.dags.items() if needs.module}
+DAGS: dict[str, str] = COLLECTION_DAG_SUMMARIES | {dag_id: needs.summary for dag_id, needs in KIND_DAGS.items()}
+# dag_id -> the module that defines it
+DAG_MODULES: dict[str, str] = {dag_id: f"{__name__}.{dag_id}" for dag_id in COLLECTION_DAG_SUMMARIES} | {
+    dag_id: str(needs.module) for dag_id, needs in KIND_DAGS.items()
 }
 # What a team with only its own collections enables.
 COLLECTION_DAGS = ("blobgc_mark", "blobgc_sweep", "blobgc_reconcile", "blobgc_restore")
@@ -46,7 +51,7 @@ def shipped(dag_id: str) -> str:
 def load(dag_id: str) -> DAG:
     """Build the DAG `dag_id` afresh from the package (call it at the top level of a DAG file)."""
     shipped(dag_id)
-    return runpy.run_module(f"{__name__}.{dag_id}", run_name=f"{__name__}.{dag_id}")["dag"]
+    return runpy.run_module(DAG_MODULES[dag_id], run_name=DAG_MODULES[dag_id])["dag"]
 
 
 def dag_file(dag_id: str) -> str:
@@ -55,7 +60,7 @@ def dag_file(dag_id: str) -> str:
     shipped(dag_id)
     return (
         f'"""{dag_id}: {DAGS[dag_id]}.\n\n'
-        f'Defined in the blobgc package (blobgc/dags/{dag_id}.py); this file enables it.\n"""\n'
+        f'Defined in the blobgc package ({DAG_MODULES[dag_id]}); this file enables it.\n"""\n'
         f"from blobgc.dags import load  # airflow DAG from the installed blobgc package\n\n"
         f'dag = load("{dag_id}")\n'
     )

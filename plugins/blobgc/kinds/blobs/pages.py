@@ -36,7 +36,7 @@ def remove_stale_page_usages(conn: psycopg.Connection, run: RunRef, *, cutoff: d
     """
     if run.dry_run:
         with conn.transaction():
-            n = conn.execute(queries.load("pages/count_stale_page_usages", SQL), {"cutoff": cutoff}).fetchone()[0]
+            (n,) = queries.one_row(conn.execute(queries.load("pages/count_stale_page_usages", SQL), {"cutoff": cutoff}))
             set_counts(conn, run, rows=n, objects=0, bytes_=0, part="page usages")  # a retry reports it once
         log.info("dry run: %d page usages not confirmed since %s would be removed", n, cutoff)
         return n

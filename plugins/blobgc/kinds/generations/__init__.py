@@ -41,6 +41,8 @@ KIND = Kind(
                 "gen.deletion": ("SELECT", "DELETE"),
             },
             plan_sizes="gen.blob.size_bytes",
+            module=f"{__name__}.dag",
+            summary="generation-based GC with a bloom filter (seed 003: schema gen)",
         )
     },
 )

@@ -40,19 +40,17 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import IsolationLevel
 
 from blobgc.core import queries
-from blobgc.core.gate import let_through
 from blobgc.core.locks import collecting_generation, hold_generation_alone, hold_generation_opening
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
-    PLAN_MAX_AGE_HOURS,
     add_plan_item,
-    fix_plan,
     pending_items,
     record_outcome,
     restart_planning,
@@ -61,6 +59,9 @@ from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
 from blobgc.kinds.generations.layouts import MAIL_BLOBS, mail_key
+
+if TYPE_CHECKING:
+    from rbloom import Bloom
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,13 @@ def open_generation(conn: psycopg.Connection, run: RunRef, *, plans: bool = True
             log.info("run %s already opened generation %d", run.run_id, row[0])
             return OpenedGeneration(row[0], opened=False, plans=plans)
         if run.dry_run:
-            current = conn.execute(
-                queries.load("generations/select_current_generation", "blobgc.kinds.generations")
-            ).fetchone()[0]
+            current = queries.one_row(
+                conn.execute(queries.load("generations/select_current_generation", "blobgc.kinds.generations"))
+            )[0]
             return OpenedGeneration((current or 0) + 1, opened=False, plans=plans)
-        (generation,) = conn.execute(
-            queries.load("generations/insert_generation", "blobgc.kinds.generations"), key
-        ).fetchone()
+        (generation,) = queries.one_row(
+            conn.execute(queries.load("generations/insert_generation", "blobgc.kinds.generations"), key)
+        )
     log.info("opened reference generation %d", generation)
     return OpenedGeneration(generation, opened=True, plans=plans)
 
@@ -132,7 +133,7 @@ class ReferenceFilter:
     """The salted bloom filter of one generation's live references."""
 
     salt: str
-    bloom: object  # rbloom.Bloom
+    bloom: Bloom
     capacity: int
     references: int = 0
 
@@ -174,10 +175,12 @@ def build_reference_filter(
     conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
     try:
         with conn.transaction():
-            (capacity,) = conn.execute(
-                queries.load("generations/count_generation_blobs", "blobgc.kinds.generations"),
-                {"generation": generation},
-            ).fetchone()
+            (capacity,) = queries.one_row(
+                conn.execute(
+                    queries.load("generations/count_generation_blobs", "blobgc.kinds.generations"),
+                    {"generation": generation},
+                )
+            )
             refs = ReferenceFilter.empty(capacity, false_positive_rate, salt)
             # every row will be read: plan for the whole result, not for a cursor's fast first rows
             conn.execute("SET LOCAL cursor_tuple_fraction = 1.0")
@@ -246,9 +249,9 @@ def check_collectable(generation: int, collectable: int) -> None:
 
 def check_old_enough(conn: psycopg.Connection, generation: int) -> None:
     """Refuse a generation newer than the database's current generation - 2."""
-    current = conn.execute(
-        queries.load("generations/select_current_generation", "blobgc.kinds.generations")
-    ).fetchone()[0]
+    current = queries.one_row(
+        conn.execute(queries.load("generations/select_current_generation", "blobgc.kinds.generations"))
+    )[0]
     if current is None or generation > current - GENERATION_LAG:
         raise GenerationError(f"generation {generation} is too recent to collect: the current generation is {current}")
 
@@ -302,7 +305,7 @@ def plan_generation(
             false_positive_rate,
         )
         ranges = split_candidates(conn, generation, workers if connect is not None else 1)
-        if len(ranges) == 1:
+        if len(ranges) == 1 or connect is None:  # one range unless `connect` was given
             parts = [walk_candidates(conn, run, refs, ranges[0], bucket, batch_size, generation)]
         else:
 
@@ -361,10 +364,12 @@ def split_candidates(conn: psycopg.Connection, generation: int, parts: int) -> l
     """About `parts` ranges [lo, hi) of the generation's blob ids with deletions, of similar size."""
     if parts <= 1:
         return [("", None)]
-    (n,) = conn.execute(
-        queries.load("generations/count_deletions", "blobgc.kinds.generations"), {"generation": generation}
-    ).fetchone()
-    cuts = []
+    (n,) = queries.one_row(
+        conn.execute(
+            queries.load("generations/count_deletions", "blobgc.kinds.generations"), {"generation": generation}
+        )
+    )
+    cuts: list[str] = []
     for k in range(1, parts):
         row = conn.execute(
             queries.load("generations/select_deleted_blob_id_at", "blobgc.kinds.generations"),
@@ -411,10 +416,12 @@ def plan_batch(conn: psycopg.Connection, run: RunRef, result: GenerationPlan, bl
     """One plan item: the batch's blobs of the generation (and its row-less blob ids), in one transaction."""
     part = plan_part(result.generation)
     with conn.transaction():
-        ids, sizes, rowless, deletions = conn.execute(
-            queries.load("generations/select_collectable_blobs", "blobgc.kinds.generations"),
-            {"blob_ids": blob_ids, "generation": result.generation},
-        ).fetchone()
+        ids, sizes, rowless, deletions = queries.one_row(
+            conn.execute(
+                queries.load("generations/select_collectable_blobs", "blobgc.kinds.generations"),
+                {"blob_ids": blob_ids, "generation": result.generation},
+            )
+        )
         keys = [mail_key(b) for b in ids]
         n_bytes = sum(s or 0 for s in sizes)
         add_plan_item(
@@ -456,10 +463,12 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
         rowless = [b for b in row_ids if mail_key(b) not in planned_keys]
         with conn.transaction():
             hold_generation_alone(conn, generation)
-            ids, sizes, cleared_rowless, cleared = conn.execute(
-                queries.load("generations/delete_planned_blobs", "blobgc.kinds.generations"),
-                {"blob_ids": with_rows, "rowless_ids": rowless, "generation": generation},
-            ).fetchone()
+            ids, sizes, cleared_rowless, cleared = queries.one_row(
+                conn.execute(
+                    queries.load("generations/delete_planned_blobs", "blobgc.kinds.generations"),
+                    {"blob_ids": with_rows, "rowless_ids": rowless, "generation": generation},
+                )
+            )
             keys = [mail_key(b) for b in ids]
             record_deletions(conn, run, source=item.source, bucket=item.bucket, keys=keys, sizes=sizes, part=part)
             gone = {*ids, *cleared_rowless}
@@ -518,7 +527,8 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
 
 @dataclass
 class CollectResult(TaskResult):
-    """One generation planned and its plan executed at once (`collect_generation`); on a dry run, what would go."""
+    """One generation planned and its plan executed at once (`tests.support.gated.collect_generation`); on a dry
+    run, what would go."""
 
     generation: int
     references_scanned: int = 0
@@ -529,53 +539,6 @@ class CollectResult(TaskResult):
     deletions_cleared: int = 0
     blobs_kept: int = 0  # kept by the filter, or skipped at execution as referenced again
     skipped_rereferenced: int = 0
-
-
-def collect_generations(
-    conn: psycopg.Connection, run: RunRef, generations: list[int], *, approved_by: str, **planning
-) -> dict[int, CollectResult]:
-    """Plan `generations`, pass the gate (`blobgc.core.gate.let_through`: past the threshold, approved by
-    `approved_by`, on record), then execute that plan, as a run of the DAG does: for callers outside Airflow (the
-    bench, tests). The DAG runs the halves as tasks with `blobgc.dag_kit.gate` between them.
-
-    `planning` is `plan_generation`'s keywords. Fixes the run's plan as its own first (a run that executes a dry
-    run's plan calls `execute_plan_part` alone). A run plans all its generations before executing any: once it
-    has executed part of its plan, it may not plan again.
-    """
-    fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
-    plans = {g: plan_generation(conn, run, generation=g, **planning) for g in generations}
-    let_through(conn, run, approved_by=approved_by)
-    collected = {}
-    for g, plan in plans.items():
-        done = execute_plan_part(conn, run, part=plan_part(g))
-        if run.dry_run:
-            deleted, n_bytes, cleared, skipped = plan.blobs_planned, plan.bytes_planned, plan.deletions_planned, 0
-        else:
-            deleted, n_bytes, cleared, skipped = (
-                done.blobs_deleted,
-                done.bytes_reclaimed,
-                done.deletions_cleared,
-                done.skipped_rereferenced,
-            )
-        collected[g] = CollectResult(
-            g,
-            plan.references_scanned,
-            plan.filter_bytes,
-            plan.candidates,
-            deleted,
-            n_bytes,
-            cleared,
-            plan.blobs_kept + skipped,
-            skipped,
-        )
-    return collected
-
-
-def collect_generation(
-    conn: psycopg.Connection, run: RunRef, *, generation: int, approved_by: str, **planning
-) -> CollectResult:
-    """`collect_generations` of one generation."""
-    return collect_generations(conn, run, [generation], approved_by=approved_by, **planning)[generation]
 
 
 def summarize(conn: psycopg.Connection, run: RunRef) -> dict:

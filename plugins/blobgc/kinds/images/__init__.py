@@ -36,6 +36,8 @@ KIND = Kind(
             "seed 001's crawled images",
             {"app.image": ("SELECT", "UPDATE", "DELETE")},
             plan_sizes="the sizes recorded when the files were uploaded (blobgc.image_file; older files: unknown)",
+            module=f"{__name__}.dag",
+            summary="removes unbound crawled images (seed 001: app.image)",
         ),
         "blobgc_crawler": DagNeeds(
             "seed 001's partner photos",

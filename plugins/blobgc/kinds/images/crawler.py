@@ -19,6 +19,7 @@ shared (`blobgc.core.locks`), so the cleaner never deletes files under a new row
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import random
@@ -264,8 +265,8 @@ def crawl(
         bodies: dict[str, bytes] = {}  # the URL's body, downloaded once however often its group is retried
         done, retries = retry_on_conflict(
             conn,
-            lambda g=group, b=bodies: crawl_url_group(
-                conn, g, fetch=fetch, store=store, seen_since=seen_since, bodies=b
+            functools.partial(
+                crawl_url_group, conn, group, fetch=fetch, store=store, seen_since=seen_since, bodies=bodies
             ),
             what=f"crawl of {group[0].url}",
         )
@@ -380,12 +381,10 @@ def stage_items(
     Items of an offer that does not exist are recorded as failed straight away.
     """
     with conn.transaction():
-        if (
-            conn.execute(
-                queries.load("crawler/count_staged_items", "blobgc.kinds.images"), {"run_id": run_id}
-            ).fetchone()[0]
-            == 0
-        ):
+        (staged,) = queries.one_row(
+            conn.execute(queries.load("crawler/count_staged_items", "blobgc.kinds.images"), {"run_id": run_id})
+        )
+        if staged == 0:
             requests = list(requests)
             existing = {
                 r[0]
@@ -423,7 +422,7 @@ def stage_items(
                 batch_nos.append(batch)
                 size += 1
                 previous = item[3]
-            columns = list(zip(*items, strict=True)) if items else [[]] * 7
+            columns = list(zip(*items, strict=True)) if items else [()] * 7
             conn.execute(
                 queries.load("crawler/insert_crawl_items", "blobgc.kinds.images"),
                 {

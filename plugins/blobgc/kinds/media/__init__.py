@@ -19,7 +19,13 @@ KIND = Kind(
         "media.thumbnails": "no rows: seed 004's store has no database; the thumbnails are restored",
     },
     dags={
-        "blobgc_media_staging": DagNeeds("seed 004's staging uploads", {}, plan_sizes=LISTED),
+        "blobgc_media_staging": DagNeeds(
+            "seed 004's staging uploads",
+            {},
+            plan_sizes=LISTED,
+            module=f"{__name__}.dag",
+            summary="deletes abandoned staging uploads of the S3-only media store (seed 004)",
+        ),
         "blobgc_media_thumbnails": DagNeeds("seed 004's thumbnails", {}, plan_sizes=LISTED),
     },
 )

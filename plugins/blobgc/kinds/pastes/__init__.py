@@ -37,6 +37,8 @@ KIND = Kind(
             "seed 002's pastes",
             {"app.paste": ("SELECT", "UPDATE", "DELETE"), "app.content": ALL_DML},
             plan_sizes="app.content.size_bytes",
+            module=f"{__name__}.dag",
+            summary="expires pastes (seed 002: app.paste, app.content, Redis cache keys)",
         )
     },
 )

@@ -32,8 +32,8 @@ and a writer of the same content waits on the placeholder until the deletion is 
 its row as new and uploads the object again. The write path is the application's
 (`demo_app.pastes.create_paste`).
 
-`expire_due_pastes` plans and then executes a whole run at once, with no gate, for callers outside
-Airflow (tests, the bench); the DAG runs its halves as tasks with the gate between them.
+The DAG runs planning and execution as tasks with the gate between them; tests and benches run both halves
+at once through `tests.support.gated`, passing the gate as a named person.
 """
 
 from __future__ import annotations
@@ -50,16 +50,12 @@ import psycopg
 
 from blobgc.core import queries
 from blobgc.core.cache_purge import owe_cache_purge
-from blobgc.core.gate import let_through
 from blobgc.core.objects import check_batch_size
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
-    PLAN_MAX_AGE_HOURS,
     PlanItem,
-    PlanRefused,
     add_plan_item,
     executable_parts,
-    fix_plan,
     pending_items,
     plan_of,
     plan_parts,
@@ -67,7 +63,7 @@ from blobgc.core.plans import (
     restart_planning,
 )
 from blobgc.core.results import TaskResult, local
-from blobgc.core.runs import RunRef, add_counts, ensure_run
+from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
 from blobgc.kinds.pastes.layouts import PASTE_CONTENTS, content_key
 
@@ -273,6 +269,7 @@ def execute_expiry_part(conn: psycopg.Connection, run: RunRef, *, part: str, red
         return result
     expired_before = plan_cutoff(conn, run)
     for item in pending_items(conn, run, part=part, collection=None):
+        claimed: list[str]
         for attempt in range(DEADLOCK_RETRIES):
             try:
                 if part == ORPHANS_PART:
@@ -555,7 +552,7 @@ def execute_planned_pastes(
 ) -> ExpiryExecution:
     """The DAG's `plan_parts` and mapped `expire_pastes` tasks: execute every part of the run's plan
     (`execute_expiry_part`), side by side on connections from `connect` when given. Refused unless the gate let
-    the plan through (`blobgc.core.plans.check_may_execute`)."""
+    the plan through (`blobgc.core.plans.executable_parts` checks)."""
 
     def execute_part(own: psycopg.Connection, part: dict) -> ExpiryExecution:
         return execute_expiry_part(own, run, part=part["part"], redis_prefix=redis_prefix)
@@ -568,8 +565,9 @@ def execute_planned_pastes(
 
 @dataclass
 class ExpiredPastes(TaskResult):
-    """What `expire_due_pastes` deleted and owed, and what it skipped; on a dry run, what its plan of the due pastes
-    would delete (orphans that `check_ref_counts` planned are in the run's counters, not here)."""
+    """What a whole run of expiry (`tests.support.gated.expire_due_pastes`) deleted and owed, and what it skipped;
+    on a dry run, what its plan of the due pastes would delete (orphans that `check_ref_counts` planned are in the
+    run's counters, not here)."""
 
     pastes_deleted: int = 0
     contents_deleted: int = 0
@@ -581,65 +579,3 @@ class ExpiredPastes(TaskResult):
     skipped_objects: int = 0
     contents_left_at_zero: int = 0
     sample_keys: list[str] = local()
-
-
-def expire_due_pastes(
-    conn: psycopg.Connection,
-    run: RunRef,
-    *,
-    expired_before: datetime | None = None,
-    bucket: str,
-    batch_size: int = 1000,
-    redis_prefix: str = "",
-    workers: int = 1,
-    connect: Connect | None = None,
-    approved_by: str,
-) -> ExpiredPastes:
-    """Plan the run's expiry, pass the gate (`blobgc.core.gate.let_through`: past the threshold, approved by
-    `approved_by`, on record), then execute that plan: for callers outside Airflow (tests, the bench). The DAG runs
-    the halves as tasks (`plan_expiry`, then `expire_pastes`) with `blobgc.dag_kit.gate` between them, and
-    `check_ref_counts` before them (call it first to plan orphans too).
-
-    The cutoff is the run's reference time (`ensure_run(conn, run, expired_before)`); a run registered earlier
-    with a later one is refused (ValueError), since it would expire pastes not due by `expired_before`. Fixes
-    the run's own plan unless its plan is fixed already (a run fixed to a dry run's plan plans nothing and
-    executes that). `workers` > 1 with `connect`: ranges planned, and parts executed, side by side on
-    connections of their own, as the DAG's mapped tasks. A dry run plans (its report) and executes nothing;
-    the objects and cache keys owed are left to `delete_owed_objects` and `purge_owed_cache_keys`.
-    """
-    check_batch_size(batch_size)
-    run = ensure_run(conn, run, expired_before)
-    if expired_before is not None and run.reference_time > expired_before:
-        raise ValueError(
-            f"run {run.run_id} expires pastes due before its reference time {run.reference_time}, "
-            f"later than expired_before {expired_before}: register it with that time (ensure_run)"
-        )
-    try:
-        plan_of(conn, run)
-    except PlanRefused:  # no plan fixed yet: the run's own
-        fix_plan(conn, run, None, PLAN_MAX_AGE_HOURS)
-    planned = plan_due_pastes(conn, run, bucket=bucket, batch_size=batch_size, workers=workers, connect=connect)
-    if run.dry_run:
-        return ExpiredPastes(
-            pastes_deleted=planned.pastes,
-            contents_deleted=planned.contents,
-            objects_owed=planned.objects,
-            bytes_owed=planned.bytes,
-            cache_keys_owed=planned.pastes,
-            batches=planned.batches,
-            sample_keys=planned.sample_keys,
-        )
-    let_through(conn, run, approved_by=approved_by)
-    done = execute_planned_pastes(conn, run, redis_prefix=redis_prefix, workers=workers, connect=connect)
-    return ExpiredPastes(
-        pastes_deleted=done.pastes_deleted,
-        contents_deleted=done.contents_deleted,
-        objects_owed=done.objects_owed,
-        bytes_owed=done.bytes_owed,
-        cache_keys_owed=done.cache_keys_owed,
-        batches=done.items,
-        skipped_pastes=done.skipped_pastes,
-        skipped_objects=done.skipped_objects,
-        contents_left_at_zero=done.contents_left_at_zero,
-        sample_keys=done.sample_keys,
-    )
