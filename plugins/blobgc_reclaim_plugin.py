@@ -9,6 +9,6 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 if not any(ep.value.startswith("blobgc.") for ep in entry_points(group="airflow.plugins")):
-    from blobgc.reclaim.plugin import BlobgcReclaimPlugin
+    from blobgc.plugin import BlobgcReclaimPlugin
 
     __all__ = ["BlobgcReclaimPlugin"]

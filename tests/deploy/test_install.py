@@ -170,7 +170,7 @@ def test_the_installed_package_comes_from_the_wheel_with_its_sql(install, instal
 def test_the_airflow_plugin_is_registered_by_the_entry_point(install):
     plugins = json.loads(install["ok"]("airflow", "plugins", "--output", "json").splitlines()[-1])
     (ours,) = [p for p in plugins if p["name"] == "blobgc"]  # the plugins folder is empty: only the wheel has it
-    assert "value='blobgc.reclaim.plugin:BlobgcReclaimPlugin', group='airflow.plugins'" in ours["source"], ours
+    assert "value='blobgc.plugin:BlobgcReclaimPlugin', group='airflow.plugins'" in ours["source"], ours
     assert ours["fastapi_apps"] and ours["external_views"], ours
 
 

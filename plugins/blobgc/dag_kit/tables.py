@@ -13,7 +13,6 @@ import psycopg
 from blobgc.core import registry
 from blobgc.core.catalog import missing_tables
 from blobgc.core.settings import ConfigurationError
-from blobgc.kinds import KINDS  # noqa: F401 - installs the kinds the check asks about
 
 
 class MissingTables(ConfigurationError):

@@ -31,7 +31,6 @@ from blobgc.core.refusals import (
 from blobgc.core.settings import ConfigurationError, MediaSettings
 from blobgc.dag_kit.connections import PG_CONN_ID
 from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, media_settings
-from blobgc.kinds import KINDS  # noqa: F401 - installs the kinds whose tables are named
 
 log = logging.getLogger(__name__)
 

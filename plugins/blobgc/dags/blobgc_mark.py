@@ -23,7 +23,8 @@ Every task is idempotent: clear and re-run any of them.
 """
 from __future__ import annotations
 
-from airflow.sdk import Asset, dag
+from airflow import sdk
+from airflow.sdk import Asset
 
 from blobgc.collectors import mark
 from blobgc.collectors.mark import MarkResult
@@ -33,7 +34,7 @@ from blobgc.kinds.blobs import APP_BLOB, pages
 from blobgc.kinds.blobs.pages import PageUsagesRemoved
 
 
-@dag(
+@sdk.dag(
     dag_id="blobgc_mark",
     schedule="@daily",
     **dag_defaults(),

@@ -80,7 +80,7 @@ def planning() -> Planned:
         cutoff = step.cutoff(hours=step.params["min_age_hours"])
         if part.inventory:
             scope = from_inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
-                                            part.bucket, seeds=not step.params["collections"],
+                                            part.bucket or blob_bucket(), seeds=not step.params["collections"],
                                             prefixes=step.params["prefixes"])
             return from_inventory.reconcile_from_inventory(
                 step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,

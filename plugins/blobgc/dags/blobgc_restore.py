@@ -18,7 +18,8 @@ id). Versioned buckets only: it removes the delete markers the run's deletions l
 """
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, task
+from airflow import sdk
+from airflow.sdk import Param, task
 
 from blobgc.collectors import restore
 from blobgc.collectors.restore import RestorePlan, RestoreResult
@@ -26,7 +27,7 @@ from blobgc.dag_kit import S3_POOL, Step, dag_defaults, gc_step, report_run
 from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
 
 
-@dag(
+@sdk.dag(
     dag_id="blobgc_restore",
     schedule=None,
     **dag_defaults(),

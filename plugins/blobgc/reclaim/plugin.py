@@ -1,8 +1,8 @@
 """blobgc's Airflow plugin: the storage reclaim page (a FastAPI app) and its entry in the UI's nav.
 
-Registered through the `airflow.plugins` entry point of the blobgc package (pyproject.toml), so an
-installed wheel brings it with no file in the plugins folder; a checkout's plugins folder loads it from
-plugins/blobgc_reclaim_plugin.py. Nothing connects to a database at import time.
+Registered through the `airflow.plugins` entry point of the blobgc package (pyproject.toml: `blobgc.plugin`,
+which installs the kinds first), so an installed wheel brings it with no file in the plugins folder; a
+checkout's plugins folder loads it from plugins/blobgc_reclaim_plugin.py. Nothing connects to a database at import time.
 """
 
 from __future__ import annotations
