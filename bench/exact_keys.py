@@ -25,6 +25,7 @@ import time
 
 from bench_database import fresh_database, vacuum
 
+import blobgc.kinds  # noqa: E402,F401 - installs the kinds (app_blob's column mode)
 from blobgc.core.clients import pg_connect  # noqa: E402
 from blobgc.core.collections import accounted_keys, bind, parse_collections  # noqa: E402
 

@@ -25,6 +25,7 @@ from mark_sweep import LOAD_APP
 from paste_expiry import bulk_put
 from psycopg import sql
 
+import blobgc.kinds  # noqa: E402,F401 - installs the kinds (the drain's guards)
 from blobgc.core import queries  # noqa: E402
 from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
 from blobgc.core.outbox import delete_owed_objects, record_deletions  # noqa: E402
@@ -52,9 +53,9 @@ def bench_mark(dsn: str, n: int) -> dict:
                 conn.execute(statement, {"n": n})
     vacuum(conn, "app.blob", "app.blob_attachment", "app.page_using_blob")
     referenced = referenced_ids_query(discover_references(conn, "app.blob"), "range")
-    count = queries.load("mark/count_blob_marks")
+    count = queries.load("mark/count_blob_marks", "blobgc.kinds.blobs")
     shapes = {"in_subquery": sql.SQL(IN_SUBQUERY_MARKS).format(referenced=referenced),
-              "null_safe_join": sql.SQL(queries.load("mark/select_blob_marks")).format(referenced=referenced)}
+              "null_safe_join": sql.SQL(queries.load("mark/select_blob_marks", "blobgc.kinds.blobs")).format(referenced=referenced)}
     out: dict = {"blobs": n}
     for _ in range(3):
         for name, marks in shapes.items():

@@ -6,6 +6,7 @@ import json
 import psycopg
 import pytest
 import redis as redis_lib
+from botocore.exceptions import ClientError
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg.conninfo import conninfo_to_dict
 from redis.cluster import RedisCluster
@@ -154,3 +155,37 @@ def test_a_cluster_redis_connection_gives_a_cluster_client_that_purges_keys_acro
         assert not any(cluster.exists(key) for key in keys)
         client.close()
     assert conn.execute("SELECT count(*) FROM blobgc.cache_purge").fetchone()[0] == 0
+
+
+def test_s3_by_bucket_is_an_object_store_that_sends_each_call_to_its_buckets_client(s3, bucket):
+    """Each of the seven calls blobgc makes of a store (blobgc.core.objects.ObjectStore) goes to the client of its
+    Bucket's connection; a bucket of no collection, and a call without one, to the default client."""
+    from blobgc.core.objects import ObjectStore
+    from blobgc.dag_kit.connections import S3ByBucket
+
+    class Recording:
+        def __init__(self, name: str) -> None:
+            self.name, self.calls = name, []
+
+        def __getattr__(self, operation: str):
+            def call(*args, **kwargs):
+                self.calls.append((operation, kwargs.get("Bucket")))
+                return getattr(s3, operation)(*args, **kwargs)
+            return call
+
+    default, own = Recording("default"), Recording("own")
+    store: ObjectStore = S3ByBucket(default, {bucket: own})
+    store.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert store.head_object(Bucket=bucket, Key="k")["ContentLength"] == 1
+    assert store.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
+    assert [o["Key"] for o in store.list_objects_v2(Bucket=bucket)["Contents"]] == ["k"]
+    assert [o["Key"] for page in store.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+            for o in page["Contents"]] == ["k"]
+    store.get_bucket_versioning(Bucket=bucket)
+    store.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "k"}]})
+    assert [op for op, _ in own.calls] == ["put_object", "head_object", "get_object", "list_objects_v2",
+                                           "get_paginator", "get_bucket_versioning", "delete_objects"]
+    assert default.calls == []
+    with pytest.raises(ClientError):  # no such bucket: the call went to the default client
+        store.head_object(Bucket=f"{bucket}-elsewhere", Key="k")
+    assert default.calls == [("head_object", f"{bucket}-elsewhere")]

@@ -41,7 +41,7 @@ from psycopg import sql
 from blobgc.core import queries, registry
 from blobgc.core.catalog import table_exists
 from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, ColumnMode, column_modes
-from blobgc.core.objects import MAX_KEYS_PER_CALL, chunked, error_code, object_stats, versioning_status
+from blobgc.core.objects import MAX_KEYS_PER_CALL, ObjectStore, chunked, error_code, object_stats, versioning_status
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import ConfigurationError
@@ -110,7 +110,7 @@ def find_source_run(conn: psycopg.Connection, run_id: str, dag_id: str | None) -
 
 
 def plan_restore(
-    conn: psycopg.Connection, s3, run_id: str, dag_id: str | None = None, sources: list[str] | None = None
+    conn: psycopg.Connection, s3: ObjectStore, run_id: str, dag_id: str | None = None, sources: list[str] | None = None
 ) -> RestorePlan:
     """Check that the run can be undone (every bucket it deleted from is versioned) and size the work.
 
@@ -185,7 +185,7 @@ def cancel_owed_deletions(conn: psycopg.Connection, run: RunRef, plan: RestorePl
 
 
 def restore_objects(
-    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
+    conn: psycopg.Connection, s3: ObjectStore, run: RunRef, plan: RestorePlan, *, concurrency: int = 8
 ) -> RestoreResult:
     """Bring back every object the run deleted, and check with HEAD that each one is back.
 
@@ -230,7 +230,7 @@ def restore_objects(
     return result
 
 
-def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], bool]:
+def markers_above_newest_version(s3: ObjectStore, bucket: str, key: str) -> tuple[list[str], bool]:
     """(the delete markers above `key`'s newest version, whether any version of it exists)."""
     entries: list[tuple[object, bool, str]] = []
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=key):
@@ -248,7 +248,7 @@ def markers_above_newest_version(s3, bucket: str, key: str) -> tuple[list[str], 
 
 
 def undo_deletions(
-    s3, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
+    s3: ObjectStore, bucket: str, keys: list[str], recorded: dict[str, str | None], *, concurrency: int = 8
 ) -> list[tuple[str, str | None, str, str | None]]:
     """Remove the delete markers over `keys` and HEAD each: (key, recorded marker, outcome, detail) per key."""
 
@@ -291,7 +291,7 @@ def undo_deletions(
         return list(pool.map(verify, found))
 
 
-def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -> RestoreResult:
+def restore_rows(conn: psycopg.Connection, s3: ObjectStore, run: RunRef, plan: RestorePlan) -> RestoreResult:
     """Put back the rows of every column-mode collection (seed 000's app.blob) the run's log holds whose objects are
     all in the store, and record why every kind's source's rows cannot come back (a collection's rows:
     `restore_collection_rows`)."""
@@ -320,7 +320,7 @@ def restore_rows(conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan) -
 
 
 def restore_column_mode_rows(
-    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, mode: ColumnMode, result: RestoreResult
+    conn: psycopg.Connection, s3: ObjectStore, run: RunRef, plan: RestorePlan, mode: ColumnMode, result: RestoreResult
 ) -> None:
     """Put back a column-mode collection's logged rows whose objects are all in the store, with its kind's
     statement, noting each outcome in `result`."""
@@ -334,7 +334,8 @@ def restore_column_mode_rows(
     rows = logged_rows(conn, run, plan, mode.bound(""))
     refused = rows_missing_objects(conn, s3, run, plan, rows)
     if run.dry_run:
-        result.restored, result.failed = len(rows) - len(refused), len(refused)
+        result.restored += len(rows) - len(refused)
+        result.failed += len(refused)
     elif rows:
         items = list(dict.fromkeys(row.item for row in rows))
         with conn.transaction():
@@ -346,7 +347,7 @@ def restore_column_mode_rows(
 
 
 def restore_collection_rows(
-    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, bound: BoundCollection
+    conn: psycopg.Connection, s3: ObjectStore, run: RunRef, plan: RestorePlan, bound: BoundCollection
 ) -> RestoreResult:
     """Put back one collection's rows from the images the run's log holds, as they were.
 
@@ -417,7 +418,7 @@ def logged_rows(conn: psycopg.Connection, run: RunRef, plan: RestorePlan, bound:
 
 
 def rows_missing_objects(
-    conn: psycopg.Connection, s3, run: RunRef, plan: RestorePlan, rows: list[LoggedRow]
+    conn: psycopg.Connection, s3: ObjectStore, run: RunRef, plan: RestorePlan, rows: list[LoggedRow]
 ) -> dict[str, str]:
     """Of `rows`, those forming a key whose object is not in the store now, each with why: {item: reason}.
 

@@ -279,6 +279,12 @@ class Collection(BaseModel):
         return mode if mode is not None and mode.collection.table == self.table else None
 
     @property
+    def reserved_by_a_kind(self) -> bool:
+        """True for a collection whose name a kind declares in column mode (app_blob), on whatever table: it also
+        takes Variable blobgc_extra_blob_references, as it did before collections existed."""
+        return self.name in column_modes()
+
+    @property
     def schema_name(self) -> str:
         return self.table.split(".", 1)[0]
 
@@ -552,6 +558,11 @@ class ColumnMode:
         return BoundCollection(self.collection, dict(self.column_types), bucket)
 
 
+class KindsNotInstalled(RuntimeError):
+    """Something asked what the kinds declare (a layout, a column mode) before `blobgc.kinds` installed them: no
+    guard may be skipped, and no collection taken for another mode, for that."""
+
+
 @dataclass
 class _ColumnModes:
     modes: dict[str, ColumnMode] = field(default_factory=dict)
@@ -570,7 +581,10 @@ def column_modes() -> dict[str, ColumnMode]:
     """The column-mode collections by name; raises until the kinds are installed (a collection must never be
     taken for one with a mark table because nobody installed its kind)."""
     if not COLUMN_MODES.installed:
-        raise RuntimeError("no kind of collector is installed: import blobgc.kinds before reading collections")
+        raise KindsNotInstalled(
+            "no kind of collector is installed: import blobgc.kinds (which installs them all) before reading "
+            "collections"
+        )
     return COLUMN_MODES.modes
 
 

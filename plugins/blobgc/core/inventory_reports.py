@@ -41,7 +41,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from blobgc.core import queries
-from blobgc.core.objects import error_code
+from blobgc.core.objects import ObjectStore, error_code
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def schema_fields(file_format: str, file_schema: str, where: str) -> tuple[str, 
     return fields
 
 
-def read_manifest(s3: Any, bucket: str, manifest_key: str, *, source_bucket: str, configuration: str) -> Report:
+def read_manifest(s3: ObjectStore, bucket: str, manifest_key: str, *, source_bucket: str, configuration: str) -> Report:
     """Read and check one manifest.json against its manifest.checksum and the source bucket."""
     where = f"s3://{bucket}/{manifest_key}"
     body = s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read()
@@ -203,7 +203,7 @@ def read_manifest(s3: Any, bucket: str, manifest_key: str, *, source_bucket: str
     return Report(source_bucket, bucket, configuration, manifest_key, created, file_format, fields, files)
 
 
-def folders(s3: Any, bucket: str, prefix: str) -> list[str]:
+def folders(s3: ObjectStore, bucket: str, prefix: str) -> list[str]:
     """The folder names (without the trailing /) directly below `prefix`."""
     found = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
@@ -211,7 +211,7 @@ def folders(s3: Any, bucket: str, prefix: str) -> list[str]:
     return found
 
 
-def newest_report(s3: Any, destination: Destination, source_bucket: str, configuration: str) -> Report | None:
+def newest_report(s3: ObjectStore, destination: Destination, source_bucket: str, configuration: str) -> Report | None:
     """The newest complete report of one configuration (a report folder without manifest.json is being written)."""
     base = f"{destination.reports_of(source_bucket)}{configuration}/"
     for folder in sorted(
@@ -232,7 +232,7 @@ def newest_report(s3: Any, destination: Destination, source_bucket: str, configu
     return None
 
 
-def find_report(s3: Any, destination: Destination, source_bucket: str) -> Report:
+def find_report(s3: ObjectStore, destination: Destination, source_bucket: str) -> Report:
     """The newest report, among the configurations whose schema lists Key, Size and LastModifiedDate."""
     base = destination.reports_of(source_bucket)
     configurations = folders(s3, destination.bucket, base)
@@ -269,7 +269,7 @@ def find_report(s3: Any, destination: Destination, source_bucket: str) -> Report
     return report
 
 
-def download(s3: Any, report: Report, directory: Path) -> list[Path]:
+def download(s3: ObjectStore, report: Report, directory: Path) -> list[Path]:
     """Fetch every data file into `directory`, checking each one's size and MD5 against the manifest."""
     directory.mkdir(parents=True, exist_ok=True)
 

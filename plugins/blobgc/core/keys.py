@@ -39,6 +39,8 @@ from psycopg import sql as pgsql
 
 from blobgc.core import collections, queries
 from blobgc.core.catalog import missing_tables
+from blobgc.core.collections import KindsNotInstalled
+from blobgc.core.objects import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +54,9 @@ class Verdict:
     park: bool = True  # the keys that stay owed are parked at once (False: a drain tries them again)
 
 
-# A guard: (its layout, the draining connection, the S3 client, the bucket, the owed keys) -> a context that
+# A guard: (its layout, the draining connection, the object store, the bucket, the owed keys) -> a context that
 # yields its Verdict and holds the other keys until the draining transaction ends.
-Guard = Callable[["KeyLayout", psycopg.Connection, object, str, list[str]], AbstractContextManager[Verdict]]
+Guard = Callable[["KeyLayout", psycopg.Connection, ObjectStore, str, list[str]], AbstractContextManager[Verdict]]
 
 
 class KeyLayoutError(ValueError):
@@ -79,7 +81,9 @@ class KeyLayout:
     def shard(self, key: str) -> str:
         return key[: len(self.prefix) + self.shard_chars]
 
-    def hold(self, conn: psycopg.Connection, s3: Any, bucket: str, keys: list[str]) -> AbstractContextManager[Verdict]:
+    def hold(
+        self, conn: psycopg.Connection, s3: ObjectStore, bucket: str, keys: list[str]
+    ) -> AbstractContextManager[Verdict]:
         """The layout's guard over `keys` (see the module docstring); with no guard, nothing is kept."""
         if self.guard is None:
             return nullcontext(Verdict())
@@ -148,10 +152,6 @@ class KeySource:
         return shard_prefix[len(self.prefix) :].rstrip("/")
 
 
-class KindsNotInstalled(RuntimeError):
-    """A layout was asked for before `blobgc.kinds` installed the kinds: no guard may be skipped for that."""
-
-
 @dataclass
 class Installed:
     """The layouts of every installed kind (`blobgc.core.registry.install`), by deletion-log source."""
@@ -174,11 +174,12 @@ INSTALLED = Installed()
 
 def install_layouts(layouts: Iterable[KeyLayout], reconciled: Iterable[KeySource]) -> None:
     """Register every kind's layouts at once (`blobgc.core.registry.install` calls it); a source registered twice
-    with different layouts is a programming error."""
+    is refused: exactly one layout, and one guard, judges a source's keys."""
     by_source: dict[str, KeyLayout] = {}
     for one in layouts:
-        if by_source.setdefault(one.source, one) != one:
-            raise ValueError(f"two kinds register key layouts for the source {one.source!r}")
+        if one.source in by_source:
+            raise ValueError(f"two key layouts are registered for the source {one.source!r}")
+        by_source[one.source] = one
     INSTALLED.layouts, INSTALLED.reconciled, INSTALLED.done = by_source, tuple(reconciled), True
 
 
@@ -194,9 +195,10 @@ def layout(source: str, *, default_bucket: str = "blobgc") -> KeyLayout | None:
     for, read with the deployment's `default_bucket` (Variable blobgc_bucket): its guard is
     `keep_keys_of_collection_rows`.
     """
+    installed = INSTALLED.check()
     if source.startswith(collections.COLLECTION_SOURCE):
         return KeyLayout(source, "", 0, NO_KEY, collection_guard(default_bucket))
-    return INSTALLED.check().layouts.get(source)
+    return installed.layouts.get(source)
 
 
 NO_KEY = re.compile(r"(?!)")  # a collection's keys are read by its templates, not one pattern
@@ -226,7 +228,7 @@ def collection_guard(default_bucket: str) -> Guard:
     """`keep_keys_of_collection_rows`, reading the collections file with the deployment's default bucket."""
 
     def guard(
-        layout: KeyLayout, conn: psycopg.Connection, s3: Any, bucket: str, keys: list[str]
+        layout: KeyLayout, conn: psycopg.Connection, s3: ObjectStore, bucket: str, keys: list[str]
     ) -> AbstractContextManager[Verdict]:
         return keep_keys_of_collection_rows(layout, conn, s3, bucket, keys, default_bucket=default_bucket)
 

@@ -1,5 +1,12 @@
-"""S3 object operations: DeleteObjects in batches with per-key errors and backoff, existence and sizes,
-listings and their shards, versioning."""
+"""The object store, behind one interface, and the operations blobgc builds on it: DeleteObjects in batches with
+per-key errors and backoff, existence and sizes, listings and their shards, versioning.
+
+`ObjectStore` is every call blobgc makes of a store: seven operations of the S3 API, called with S3's keyword
+arguments. An S3 client is one (boto3's, or the Amazon provider's `S3Hook.get_conn()`, which the DAGs use), and
+so is the Airflow layer's `S3ByBucket`, which sends each call to the client of its bucket's connection. Another
+store is another implementation of these seven calls, not edits across the collectors: mypy checks that the
+core calls nothing else.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +19,36 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 log = logging.getLogger(__name__)
 
 Item = TypeVar("Item")
+
+
+class Paginator(Protocol):
+    def paginate(self, **kwargs: Any) -> Iterable[dict[str, Any]]: ...
+
+
+class ObjectStore(Protocol):
+    """The object store as blobgc calls it (see the module docstring); each call returns S3's response shape."""
+
+    def list_objects_v2(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_paginator(self, operation_name: str) -> Paginator: ...  # list_objects_v2, list_object_versions
+
+    def head_object(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def delete_objects(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_bucket_versioning(self, **kwargs: Any) -> dict[str, Any]: ...
+
 
 MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
 # Error codes worth another try: throttling and server-side failures.
@@ -98,12 +128,12 @@ def backoff_delay(attempt: int, base_delay: float, max_delay: float = 20.0) -> f
     return random.uniform(0, min(max_delay, base_delay * (2**attempt)))
 
 
-def versioning_status(client: Any, bucket: str) -> str:
+def versioning_status(client: ObjectStore, bucket: str) -> str:
     """The bucket's versioning: "Enabled", "Suspended", or "" when it was never enabled."""
     return client.get_bucket_versioning(Bucket=bucket).get("Status") or ""
 
 
-def bucket_is_versioned(client: Any, bucket: str) -> bool:
+def bucket_is_versioned(client: ObjectStore, bucket: str) -> bool:
     """Whether deleting from `bucket` leaves a delete marker: versioning Enabled, or Suspended with old versions."""
     return versioning_status(client, bucket) in ("Enabled", "Suspended")
 
@@ -115,7 +145,7 @@ def check_batch_size(batch_size: int) -> None:
 
 
 def delete_objects_in_batches(
-    client: Any,
+    client: ObjectStore,
     bucket: str,
     keys: Iterable[str],
     *,
@@ -169,7 +199,7 @@ def delete_objects_in_batches(
 
 
 def delete_chunk(
-    client: Any,
+    client: ObjectStore,
     bucket: str,
     chunk: list[str],
     *,
@@ -216,14 +246,14 @@ def delete_chunk(
     return outcome
 
 
-def first_key(client: Any, bucket: str, prefix: str, start_after: str) -> str | None:
+def first_key(client: ObjectStore, bucket: str, prefix: str, start_after: str) -> str | None:
     """The first key under `prefix` after `start_after`, or None: one listing call of one key."""
     page = client.list_objects_v2(Bucket=bucket, Prefix=prefix, StartAfter=start_after, MaxKeys=1)
     contents = page.get("Contents") or []
     return contents[0]["Key"] if contents else None
 
 
-def leading_shards(client: Any, bucket: str, prefix: str, chars: int = 1) -> list[str]:
+def leading_shards(client: ObjectStore, bucket: str, prefix: str, chars: int = 1) -> list[str]:
     """The distinct `prefix` + `chars` characters that the bucket's keys under `prefix` start with, in
     order: one listing call per shard found, skipping each shard whole."""
     found, after = [], prefix
@@ -234,7 +264,7 @@ def leading_shards(client: Any, bucket: str, prefix: str, chars: int = 1) -> lis
     return found
 
 
-def listing(client: Any, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+def listing(client: ObjectStore, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
     """Every object under a prefix, in key order."""
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         yield from page.get("Contents", [])
@@ -256,12 +286,14 @@ class ObjectStat:
     modified: datetime
 
 
-def object_sizes(client: Any, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
+def object_sizes(client: ObjectStore, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, int]:
     """The size, as the store reports it, of each of `keys` that exists now (its current version)."""
     return {key: stat.size for key, stat in object_stats(client, bucket, keys, concurrency=concurrency).items()}
 
 
-def object_stats(client: Any, bucket: str, keys: Iterable[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+def object_stats(
+    client: ObjectStore, bucket: str, keys: Iterable[str], *, concurrency: int = 32
+) -> dict[str, ObjectStat]:
     """Size and LastModified, as the store reports them now, of each of `keys` that exists (its current version).
 
     The keys are sorted and cut into runs of about 1000. Each run is probed with one small ListObjectsV2
@@ -282,7 +314,7 @@ def object_stats(client: Any, bucket: str, keys: Iterable[str], *, concurrency: 
     return found
 
 
-def list_dense_run(client: Any, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
+def list_dense_run(client: ObjectStore, bucket: str, run: list[str]) -> tuple[dict[str, ObjectStat], list[str]]:
     """List a sorted run of keys while the listing is mostly made of them; returns (objects found, keys left to
     HEAD)."""
     found: dict[str, ObjectStat] = {}
@@ -306,7 +338,9 @@ def list_dense_run(client: Any, bucket: str, run: list[str]) -> tuple[dict[str, 
     return found, []
 
 
-def head_stats(client: Any, bucket: str, keys: Sequence[str], *, concurrency: int = 32) -> dict[str, ObjectStat]:
+def head_stats(
+    client: ObjectStore, bucket: str, keys: Sequence[str], *, concurrency: int = 32
+) -> dict[str, ObjectStat]:
     """HEAD each key: the size and LastModified of those that exist now."""
 
     def head(key: str) -> tuple[str, ObjectStat | None]:

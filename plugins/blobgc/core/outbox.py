@@ -46,6 +46,7 @@ from blobgc.core import queries
 from blobgc.core.collections import collection_of_source
 from blobgc.core.objects import (
     MAX_KEYS_PER_CALL,
+    ObjectStore,
     bucket_is_versioned,
     delete_objects_in_batches,
     error_code,
@@ -286,7 +287,7 @@ def claim_owed_batches(
 
 def delete_owed_objects(
     conn: psycopg.Connection,
-    s3: Any,
+    s3: ObjectStore,
     run: RunRef,
     *,
     batch_size: int = MAX_KEYS_PER_CALL,
@@ -345,7 +346,7 @@ def delete_owed_objects(
 
 def drain(
     conn: psycopg.Connection,
-    s3: Any,
+    s3: ObjectStore,
     run: RunRef,
     batch_size: int,
     concurrency: int,
@@ -403,7 +404,7 @@ class KeyOutcome:
 
 def delete_group(
     conn: psycopg.Connection,
-    s3: Any,
+    s3: ObjectStore,
     guards: ExitStack,
     bucket: str,
     source: str,
@@ -500,7 +501,7 @@ def delete_group(
 
 def settle_batches(
     conn: psycopg.Connection,
-    s3: Any,
+    s3: ObjectStore,
     run: RunRef,
     rows: list[tuple[Any, ...]],
     batch_size: int,

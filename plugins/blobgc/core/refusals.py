@@ -14,7 +14,6 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import psycopg
 from botocore.exceptions import ClientError
@@ -26,7 +25,7 @@ from blobgc.core.collections import (
     collections_path,
     column_mode_of_source,
 )
-from blobgc.core.objects import error_code, is_transient
+from blobgc.core.objects import ObjectStore, error_code, is_transient
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ def naming_bucket(bucket: str, origin: str) -> Iterator[None]:
         raise refusal from error
 
 
-def check_bucket(s3: Any, bucket: str, origin: str, *, listing_needed: bool = True) -> None:
+def check_bucket(s3: ObjectStore, bucket: str, origin: str, *, listing_needed: bool = True) -> None:
     """Fail at once, naming `bucket` and `origin`, when the bucket is missing or may not be listed: one listing
     call of one key. Without `listing_needed` (a step that only deletes: its credentials may delete without
     listing), a bucket that refuses the listing is not probed further, with a warning, and only a missing one
@@ -187,7 +186,7 @@ def collection_bucket_origins(collections: Iterable[BoundCollection], run_bucket
     return origins
 
 
-def check_buckets(s3: Any, origins: dict[str, list[str]], *, listing_needed: bool = True) -> None:
+def check_buckets(s3: ObjectStore, origins: dict[str, list[str]], *, listing_needed: bool = True) -> None:
     """`check_bucket` for every bucket something points at (bucket -> what points at it)."""
     for bucket, pointers in origins.items():
         check_bucket(s3, bucket, "; ".join(pointers), listing_needed=listing_needed)

@@ -72,6 +72,9 @@ def install(kinds: Iterable[Kind]) -> None:
     dag_ids = [dag_id for k in every for dag_id in k.dags]
     if len(set(dag_ids)) != len(dag_ids):
         raise ValueError(f"two kinds declare the same DAG: {dag_ids}")
+    modes = [mode.collection.name for k in every for mode in k.column_modes]
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"two kinds declare the same collection in column mode: {modes}")
     keys.install_layouts(
         (layout for k in every for layout in k.layouts), (source for k in every for source in k.reconciled)
     )

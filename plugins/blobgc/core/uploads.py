@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
-from blobgc.core.objects import delete_objects_in_batches
+from blobgc.core.objects import ObjectStore, delete_objects_in_batches
 from blobgc.core.outbox import cancel_upload_intent, owe_upload_intent
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ class Rejected(Exception):
 
 def upload_with_intent(
     conn: psycopg.Connection,
-    s3: Any,
+    s3: ObjectStore,
     *,
     bucket: str,
     bodies: dict[str, bytes],

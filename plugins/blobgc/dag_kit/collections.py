@@ -71,7 +71,7 @@ def references(conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet
     """Every reference to the collection's rows: its foreign keys, its `references` queries, and for a column-mode
     collection (seed 000's app_blob) also Variable blobgc_extra_blob_references (as before collections existed)."""
     c = bound.collection
-    extra = list(c.references) + (extra_blob_references() if c.column_mode else [])
+    extra = list(c.references) + (extra_blob_references() if c.reserved_by_a_kind else [])
     try:
         return discover_references(conn, c.table, extra_sql=extra, id_column=c.id)
     except UnfollowableReference as error:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from botocore.config import Config
 from psycopg.conninfo import make_conninfo
 
 from blobgc.core.clients import S3_CONFIG, pg_connect
+from blobgc.core.objects import ObjectStore, Paginator
 from blobgc.core.settings import ConfigurationError
 
 if TYPE_CHECKING:
@@ -143,37 +144,44 @@ def redis_client(conn_id: str = REDIS_CONN_ID) -> redis.Redis | RedisCluster:
 
 
 class S3ByBucket:
-    """One S3 client over several connections: each call goes to the client of its `Bucket` argument.
+    """One object store over several connections (a `blobgc.core.objects.ObjectStore`): each call goes to the client
+    of its `Bucket` argument.
 
     Collections may keep their objects behind their own connection (`s3_conn_id`, docs/reference.md §6);
     the outbox, which drains every source's keys in one pass, and restore talk to all of them
     through this. Calls without a bucket, and buckets of no collection, use the default client.
     """
 
-    def __init__(self, default, by_bucket: dict[str, object]) -> None:
+    def __init__(self, default: ObjectStore, by_bucket: dict[str, ObjectStore]) -> None:
         self._default = default
         self._by_bucket = by_bucket
 
-    def client_for(self, bucket: str | None):
+    def client_for(self, bucket: str | None) -> ObjectStore:
         return self._by_bucket.get(bucket or "", self._default)
 
-    def get_paginator(self, operation: str):
+    def get_paginator(self, operation_name: str) -> Paginator:
         by_bucket = self
 
-        class Paginator:
-            def paginate(self, **kwargs):
-                return by_bucket.client_for(kwargs.get("Bucket")).get_paginator(operation).paginate(**kwargs)
+        class ByBucketPaginator:
+            def paginate(self, **kwargs: Any) -> Iterable[dict[str, Any]]:
+                return by_bucket.client_for(kwargs.get("Bucket")).get_paginator(operation_name).paginate(**kwargs)
 
-        return Paginator()
+        return ByBucketPaginator()
 
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        attribute = getattr(self._default, name)
-        if not callable(attribute):
-            return attribute
+    def list_objects_v2(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).list_objects_v2(**kwargs)
 
-        def call(*args, **kwargs):
-            return getattr(self.client_for(kwargs.get("Bucket")), name)(*args, **kwargs)
+    def head_object(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).head_object(**kwargs)
 
-        return call
+    def get_object(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).get_object(**kwargs)
+
+    def put_object(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).put_object(**kwargs)
+
+    def delete_objects(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).delete_objects(**kwargs)
+
+    def get_bucket_versioning(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).get_bucket_versioning(**kwargs)

@@ -36,7 +36,7 @@ def check_dag_privileges(conn: psycopg.Connection, dag_id: str, params: dict[str
             # restoring a seed DAG's run needs no collections file: a restore that needs one fails where it reads it
             log.warning("the collections file does not load: its tables' privileges are not checked")
         for c in collections:
-            if c.column_mode:  # as `references` reads them
+            if c.reserved_by_a_kind:  # as `references` reads them
                 extra[c.name] = extra_blob_references()
     needs = dag_needs(
         conn,

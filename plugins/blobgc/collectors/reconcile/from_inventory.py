@@ -72,7 +72,7 @@ from blobgc.core.inventory_reports import (
     read_manifest,
 )
 from blobgc.core.keys import KeySource
-from blobgc.core.objects import object_stats
+from blobgc.core.objects import ObjectStore, object_stats
 from blobgc.core.runs import RunRef
 
 log = logging.getLogger(__name__)
@@ -273,7 +273,7 @@ def record_batch(
 
 def reconcile_part(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     db: Engine,
     run: RunRef,
     scope: Scope,
@@ -357,7 +357,7 @@ def done_parts(conn: psycopg.Connection, run: RunRef, names: Iterable[str]) -> s
 
 def reconcile_from_inventory(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     inventory_s3,
     run: RunRef,
     scope: Scope,

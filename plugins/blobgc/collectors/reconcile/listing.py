@@ -45,7 +45,7 @@ from blobgc.collectors.reconcile.shards import Shard, ShardResult
 from blobgc.core import queries
 from blobgc.core.collections import BoundCollection, collection_of_source
 from blobgc.core.keys import KeySource
-from blobgc.core.objects import HIGHEST, key_before
+from blobgc.core.objects import HIGHEST, ObjectStore, key_before
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, collection_origin, naming_bucket
 from blobgc.core.runs import RunRef
 
@@ -56,7 +56,7 @@ LISTING_MARGIN = timedelta(seconds=2)
 
 
 def list_pages(
-    s3, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
+    s3: ObjectStore, bucket: str, shard: Shard, start_after: str, page_size: int = PAGE
 ) -> Iterator[tuple[list[dict], bool]]:
     """The shard's listing (or its range's), a page at a time, after `start_after`; a listing error propagates.
 
@@ -90,7 +90,7 @@ def list_pages(
 
 
 def pages_naming_bucket(
-    s3, bucket: str, shard: Shard, start_after: str, page_size: int, origin: str
+    s3: ObjectStore, bucket: str, shard: Shard, start_after: str, page_size: int, origin: str
 ) -> Iterator[tuple[list[dict], bool]]:
     """`list_pages`, a missing bucket (or one that refuses the listing) raised as a refusal naming it and `origin`."""
     with naming_bucket(bucket, origin):
@@ -164,7 +164,7 @@ def check_page(
 
 def reconcile_shard(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     run: RunRef,
     shard: Shard,
     *,

@@ -11,11 +11,12 @@ import psycopg
 from blobgc.collectors.reconcile.from_inventory import report_shards, scopes
 from blobgc.collectors.reconcile.shards import Shard, plan_listing
 from blobgc.core.collections import BoundCollection
+from blobgc.core.objects import ObjectStore
 
 
 def run_shards(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     list_s3,
     bucket: str,
     collections: list[BoundCollection],

@@ -25,7 +25,7 @@ from blobgc.collectors.reconcile.checks import Findings
 from blobgc.core import queries
 from blobgc.core.collections import BoundCollection
 from blobgc.core.keys import KeySource
-from blobgc.core.objects import leading_shards
+from blobgc.core.objects import ObjectStore, leading_shards
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, check_buckets, collection_origin, run_bucket_origin
 from blobgc.core.results import TaskResult
 
@@ -119,7 +119,7 @@ def collection_shards(collections: list[BoundCollection]) -> list[Shard]:
 
 
 def discover_shards(
-    s3,
+    s3: ObjectStore,
     bucket: str,
     prefixes: list[str] | None = None,
     conn: psycopg.Connection | None = None,
@@ -171,7 +171,7 @@ def discover_shards(
     return shards
 
 
-def split_shard(s3, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
+def split_shard(s3: ObjectStore, bucket: str, shard: Shard, ranges: int) -> list[Shard]:
     """Cut a shard into up to `ranges` ranges of its keys, listed side by side by separate mapped tasks.
 
     The boundaries are sub-prefixes the shard's keys really have: the distinct next characters
@@ -229,7 +229,7 @@ def bucket_origins(
 
 def plan_listing(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     bucket: str,
     collections: list[BoundCollection],
     *,

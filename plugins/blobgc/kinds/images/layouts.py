@@ -10,11 +10,12 @@ import psycopg
 
 from blobgc.core import locks, queries
 from blobgc.core.keys import KeyLayout, Verdict
+from blobgc.core.objects import ObjectStore
 
 
 @contextmanager
 def hold_unreferenced_images(
-    layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+    layout: KeyLayout, conn: psycopg.Connection, _s3: ObjectStore, _bucket: str, keys: list[str]
 ) -> Iterator[Verdict]:
     """Seed 001's guard: yield the image files whose image id has a row again, hold the others.
 

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from botocore.exceptions import ClientError
 
-from blobgc.core.objects import leading_shards, listing
+from blobgc.core.objects import ObjectStore, leading_shards, listing
 from blobgc.core.plans import plan_listed_objects
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef
@@ -101,7 +101,7 @@ class ThumbnailCheckResult(TaskResult):
     orphan_bytes: int = 0
 
 
-def staging_shards(s3, settings: MediaSettings) -> list[MediaShard]:
+def staging_shards(s3: ObjectStore, settings: MediaSettings) -> list[MediaShard]:
     return [
         MediaShard(bucket, shard, "staging")
         for bucket, prefix in ((settings.images_bucket, "staging/"), (settings.profiles_bucket, "profiles-staging/"))
@@ -109,7 +109,7 @@ def staging_shards(s3, settings: MediaSettings) -> list[MediaShard]:
     ]
 
 
-def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
+def thumbnail_shards(s3: ObjectStore, settings: MediaSettings) -> list[MediaShard]:
     return [
         MediaShard(bucket, shard, kind)
         for bucket, kind in ((settings.images_bucket, "image"), (settings.profiles_bucket, "icon"))
@@ -120,7 +120,7 @@ def thumbnail_shards(s3, settings: MediaSettings) -> list[MediaShard]:
 # ----------------------------------------------------------------------------------------------- staging
 def plan_stale_staging(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     run: RunRef,
     shard: MediaShard,
     *,
@@ -202,7 +202,7 @@ class UserObjects:
     thumbs: dict[str, tuple[int, datetime]]
 
 
-def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
+def users_in(s3: ObjectStore, shard: MediaShard) -> Iterator[UserObjects]:
     """The shard's keys, one user at a time (a user's keys are contiguous in a listing)."""
     current, objects = None, UserObjects({}, {})
     master, thumb = (MASTER, THUMB) if shard.kind == "image" else (PROFILE_MASTER, PROFILE_THUMB)
@@ -222,7 +222,7 @@ def users_in(s3, shard: MediaShard) -> Iterator[UserObjects]:
 
 def check_thumbnails(
     conn: psycopg.Connection,
-    s3,
+    s3: ObjectStore,
     redis,
     run: RunRef,
     shard: MediaShard,
@@ -343,7 +343,7 @@ def parse_job(raw: str | bytes, settings: MediaSettings) -> tuple[str, str, str]
     return kind, bucket, key
 
 
-def make_thumbnails(s3, settings: MediaSettings, render: Render, raw: str) -> int:
+def make_thumbnails(s3: ObjectStore, settings: MediaSettings, render: Render, raw: str) -> int:
     """Do one job: the master's thumbnails at every configured size. Returns how many were written
     (0 when the master is gone). Raises PoisonJob for jobs that can never succeed; anything else
     (S3 unreachable) propagates and the job stays taken, for the retry."""
@@ -364,7 +364,7 @@ def make_thumbnails(s3, settings: MediaSettings, render: Render, raw: str) -> in
 
 
 def work_thumbnail_queue(
-    redis, s3, run: RunRef, settings: MediaSettings, render: Render, *, max_jobs: int = 10_000
+    redis, s3: ObjectStore, run: RunRef, settings: MediaSettings, render: Render, *, max_jobs: int = 10_000
 ) -> ThumbnailResult:
     """blobgc_media_thumbnails' worker step: drain the queue into thumbnails, or on a dry run take no job and
     report the queue as it is (jobs queued, taken by a worker, dead-lettered)."""
@@ -378,7 +378,7 @@ def work_thumbnail_queue(
 
 def drain_thumbnail_queue(
     redis,
-    s3,
+    s3: ObjectStore,
     settings: MediaSettings,
     render: Render,
     *,

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from blobgc.core.keys import KeyLayout, KeyLayoutError, Verdict
-from blobgc.core.objects import first_key
+from blobgc.core.objects import ObjectStore, first_key
 
 USER = r"[0-9A-Za-z_-]{1,64}"
 SLOT = r"[a-z][a-z0-9_]{0,31}"
@@ -47,7 +47,9 @@ def any_of(*patterns: re.Pattern[str]) -> re.Pattern[str]:
 
 # Both stores' keys start with a user id: the layouts' prefix is empty, a shard is a user id's first character.
 @contextmanager
-def keep_thumbnails_with_a_master(_layout: KeyLayout, _conn, s3, bucket: str, keys: list[str]) -> Iterator[Verdict]:
+def keep_thumbnails_with_a_master(
+    _layout: KeyLayout, _conn, s3: ObjectStore, bucket: str, keys: list[str]
+) -> Iterator[Verdict]:
     """Seed 004's guard: keep an orphan thumbnail whose master exists again (a profile slot uploaded anew
     since the check), by one listing per master prefix, just before the deletion."""
     by_master: dict[str, list[str]] = {}

@@ -10,11 +10,12 @@ import psycopg
 
 from blobgc.core import queries
 from blobgc.core.keys import KeyLayout, Verdict
+from blobgc.core.objects import ObjectStore
 
 
 @contextmanager
 def hold_unneeded_contents(
-    layout: KeyLayout, conn: psycopg.Connection, _s3, _bucket: str, keys: list[str]
+    layout: KeyLayout, conn: psycopg.Connection, _s3: ObjectStore, _bucket: str, keys: list[str]
 ) -> Iterator[Verdict]:
     """Seed 002's guard: yield the `pastes/` keys whose content was created again, hold the rest.
 
