@@ -15,7 +15,7 @@ TEST_WORKERS ?= 4
 help:
 	@echo "make demo      set up .venv, start the local stack, load demo data, run every DAG, print the reclaim summary"
 	@echo "make test      check the layering (lint-imports), ruff and mypy, then run the whole test suite against the real local stack"
-	@echo "make typecheck mypy on plugins/blobgc (pyproject.toml: [tool.mypy]; strict on the engine and the core)"
+	@echo "make typecheck mypy on plugins/blobgc (pyproject.toml: [tool.mypy]; strict on the core)"
 	@echo "make format    format and lint-fix plugins/ with ruff (make lint checks it)"
 	@echo "make coverage  the suite under coverage.py, with a line-coverage report of plugins/"
 	@echo "make up/down   start (idempotent) / stop the local stack; make status shows it"
@@ -92,7 +92,7 @@ lint: venv
 	$(VENV)/bin/ruff check plugins/
 	$(VENV)/bin/ruff format --check plugins/
 
-# mypy, configured in pyproject.toml: the whole package, strict on the engine and the core (cache: .blobgc/mypy-cache)
+# mypy, configured in pyproject.toml: the whole package, strict on the core (cache: .blobgc/mypy-cache)
 typecheck: venv
 	$(VENV)/bin/mypy
 
