@@ -47,7 +47,7 @@ SHARED = {
     "install": ("tests/deploy/test_install.py",),
     # Redis list media-thumb-queue, the queue of the application's thumbnail workers (docs/reference.md §3),
     # which blobgc_media_thumbnails drains (test_gate_enforced runs it too)
-    "media": ("tests/collectors/test_media_cleanup.py", "tests/dags/test_blobgc_media.py",
+    "media": ("tests/kinds/media/test_cleanup.py", "tests/dags/test_blobgc_media.py",
               "tests/demo_app/test_media.py", "tests/dags/test_gate_enforced.py"),
 }
 
