@@ -564,28 +564,35 @@ class KindsNotInstalled(RuntimeError):
 
 
 @dataclass
-class _ColumnModes:
-    modes: dict[str, ColumnMode] = field(default_factory=dict)
-    installed: bool = False
+class Installation:
+    """Whether `blobgc.core.registry.install` installed the kinds: the one flag that every look-up of what the
+    kinds declare (a key layout, reconcile's key sources, a column mode) checks first."""
+
+    done: bool = False
+
+    def check(self) -> None:
+        if not self.done:
+            raise KindsNotInstalled(
+                "no kind of collector is installed: import blobgc.kinds (which installs them all) before asking "
+                "what the kinds declare (a key layout, reconcile's key sources, a collection's column mode)"
+            )
 
 
-COLUMN_MODES = _ColumnModes()
+INSTALLATION = Installation()
+COLUMN_MODES: dict[str, ColumnMode] = {}  # the kinds' column-mode collections, by name
 
 
 def install_column_modes(modes: Iterable[ColumnMode]) -> None:
     """Register the kinds' column-mode collections (`blobgc.core.registry.install` calls it)."""
-    COLUMN_MODES.modes, COLUMN_MODES.installed = {m.collection.name: m for m in modes}, True
+    COLUMN_MODES.clear()
+    COLUMN_MODES.update({m.collection.name: m for m in modes})
 
 
 def column_modes() -> dict[str, ColumnMode]:
     """The column-mode collections by name; raises until the kinds are installed (a collection must never be
     taken for one with a mark table because nobody installed its kind)."""
-    if not COLUMN_MODES.installed:
-        raise KindsNotInstalled(
-            "no kind of collector is installed: import blobgc.kinds (which installs them all) before reading "
-            "collections"
-        )
-    return COLUMN_MODES.modes
+    INSTALLATION.check()
+    return COLUMN_MODES
 
 
 def column_mode_of_source(source: str) -> ColumnMode | None:

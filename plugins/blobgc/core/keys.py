@@ -39,7 +39,6 @@ from psycopg import sql as pgsql
 
 from blobgc.core import collections, queries
 from blobgc.core.catalog import missing_tables
-from blobgc.core.collections import KindsNotInstalled
 from blobgc.core.objects import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -158,14 +157,9 @@ class Installed:
 
     layouts: dict[str, KeyLayout] = field(default_factory=dict)
     reconciled: tuple[KeySource, ...] = ()  # in listing order
-    done: bool = False
 
     def check(self) -> Installed:
-        if not self.done:
-            raise KindsNotInstalled(
-                "no kind of collector is installed: import blobgc.kinds (which installs them all) before a drain "
-                "or a check asks for key layouts"
-            )
+        collections.INSTALLATION.check()
         return self
 
 
@@ -180,7 +174,7 @@ def install_layouts(layouts: Iterable[KeyLayout], reconciled: Iterable[KeySource
         if one.source in by_source:
             raise ValueError(f"two key layouts are registered for the source {one.source!r}")
         by_source[one.source] = one
-    INSTALLED.layouts, INSTALLED.reconciled, INSTALLED.done = by_source, tuple(reconciled), True
+    INSTALLED.layouts, INSTALLED.reconciled = by_source, tuple(reconciled)
 
 
 def reconciled_sources() -> tuple[KeySource, ...]:

@@ -152,56 +152,6 @@ def record_deletions(
     )
 
 
-def record_in_batches(
-    conn: psycopg.Connection,
-    run: RunRef,
-    *,
-    source: str,
-    bucket: str,
-    keys: Sequence[str],
-    sizes: Sequence[int | None],
-    batch_size: int,
-    part: str = "",
-    modified_before: datetime | None = None,
-) -> int:
-    """`record_deletions` in log rows of `batch_size` keys; returns the number of rows."""
-    for start in range(0, len(keys), batch_size):
-        record_deletions(
-            conn,
-            run,
-            source=source,
-            bucket=bucket,
-            keys=keys[start : start + batch_size],
-            sizes=sizes[start : start + batch_size],
-            part=part,
-            modified_before=modified_before,
-        )
-    return -(-len(keys) // batch_size)
-
-
-def replace_run_log(
-    conn: psycopg.Connection,
-    run: RunRef,
-    *,
-    source: str,
-    bucket: str,
-    keys: Sequence[str],
-    sizes: Sequence[int | None],
-    batch_size: int,
-    part: str = "",
-) -> int:
-    """Log and owe (on a dry run: report) everything a task found for `source` in `part` (a shard),
-    replacing what an earlier attempt of the same run logged there: a real run's log rows that it still
-    wholly owes, or a dry run's whole report. For tasks that find their keys by listing, and for every dry
-    run, so that a retry finds again without owing (or counting) a key twice. Call in a transaction.
-    Returns the number of log rows written."""
-    replaced = "outbox/delete_dry_run_log" if run.dry_run else "outbox/delete_unsettled_run_log"
-    conn.execute(queries.load(replaced), {"dag_id": run.dag_id, "run_id": run.run_id, "source": source, "part": part})
-    return record_in_batches(
-        conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, batch_size=batch_size, part=part
-    )
-
-
 def owe_upload_intent(
     conn: psycopg.Connection,
     *,

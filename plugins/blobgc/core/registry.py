@@ -56,7 +56,7 @@ class Registry:
     kinds: tuple[Kind, ...] = ()
 
     def installed(self) -> tuple[Kind, ...]:
-        keys.INSTALLED.check()
+        collections.INSTALLATION.check()
         return self.kinds
 
 
@@ -80,6 +80,7 @@ def install(kinds: Iterable[Kind]) -> None:
     )
     collections.install_column_modes(mode for k in every for mode in k.column_modes)
     REGISTRY.kinds = every
+    collections.INSTALLATION.done = True
 
 
 def dag_needs(dag_id: str) -> DagNeeds | None:
