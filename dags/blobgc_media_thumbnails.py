@@ -1,7 +1,8 @@
 """
 ### blobgc_media_thumbnails: seed 004's thumbnail worker and its cleaning
 
-1. **drain_thumbnail_queue** takes jobs from the Redis list `media-thumb-queue` (JSON
+1. **drain_thumbnail_queue**, the first step, checks both buckets and fixes the run's plan; then it
+   takes jobs from the Redis list `media-thumb-queue` (JSON
    `{"type": "image"|"icon", "bucket": …, "originalKey": …}`, pushed by `finalize`), in batches,
    and writes the master's WebP thumbnails at every configured size (JPEG, PNG, WEBP and HEIC
    masters). A job is moved atomically to `media-thumb-queue:processing` when taken and removed
@@ -9,7 +10,7 @@
    Jobs that can never succeed (not an image, a decompression bomb, an unknown bucket) go to
    `media-thumb-queue:dead` with the reason; that list keeps the newest 10,000 and the run's report
    counts what was dropped (`dead_letters_dropped`).
-2. **plan_shards** fixes the run's plan and finds the shards of both buckets: one per leading
+2. **plan_shards** finds the shards of both buckets: one per leading
    character of the user ids.
 3. **check_thumbnails** (mapped: one task per shard) lists the shard once, user by user: masters
    older than `min_age_hours` that lack a thumbnail size are queued again, unless their job was
@@ -36,46 +37,16 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.kinds.media import cleanup as media_cleanup
-from blobgc.kinds.media.cleanup import MediaShard, ThumbnailCheckResult, ThumbnailResult
-from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
-from blobgc.dag_kit.unfixable import check_media_buckets
+from blobgc.dag_kit import deleting_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.variables import media_settings
+from blobgc.kinds.media.deletion import ThumbnailCheck
 from blobgc.reclaim.routes import receipt_path
 from demo_app.media import render_thumbnails
 
-
-def planning() -> Planned:
-    @gc_step(pool=S3_POOL)
-    def drain_thumbnail_queue(step: Step) -> ThumbnailResult:
-        return media_cleanup.work_thumbnail_queue(step.redis, step.s3, step.run, media_settings(), render_thumbnails,
-                                                  max_jobs=step.params["max_jobs"])
-
-    @gc_step()
-    def plan_shards(step: Step) -> list[dict]:
-        if not fix_run_plan(step):
-            return []
-        settings = media_settings()
-        check_media_buckets(step.s3, settings)  # a missing bucket fails here, named, without retries
-        return [s.to_xcom() for s in media_cleanup.thumbnail_shards(step.s3, settings)]
-
-    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
-                                              "{{ task.op_kwargs['shard']['prefix'] }}")
-    def check_thumbnails(step: Step, shard: dict) -> ThumbnailCheckResult:
-        return media_cleanup.check_thumbnails(step.conn, step.s3, step.redis, step.run, MediaShard.from_xcom(shard),
-                                              media_settings(), cutoff=step.cutoff(hours=step.params["min_age_hours"]),
-                                              batch_size=step.params["batch_size"])
-
-    made = drain_thumbnail_queue()
-    shards = plan_shards()
-    made >> shards
-    return Planned(check_thumbnails.expand(shard=shards), {"thumbnails": made})
-
-
 dag = destructive_dag(
     "blobgc_media_thumbnails",
-    kind=Kind(planning, {"thumbnails": ThumbnailResult}, extra_counters=("dead_letters_dropped",)),
+    deletion=ThumbnailCheck(settings=media_settings, render=render_thumbnails),
     schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
     params=deleting_params(
         min_age_hours=Param(24, type="integer", minimum=1,

@@ -138,3 +138,14 @@ def test_a_collection_without_history_of_its_own_is_judged_by_the_floors(conn):
     judgement = judge(conn, run, GateSettings())
     whole, shop = judgement.scopes
     assert (whole["exceeds"], shop["scope"], shop["median_objects"], shop["exceeds"]) == (False, "shop", 0, True)
+
+
+def test_a_dry_runs_report_is_its_plan_recorded_once_and_shown_as_deleted_objects(conn):
+    run = planned_run(conn, "dry-report", objects=3, dry=True)
+    assert conn.execute("SELECT count(*) FROM blobgc.deletion_log WHERE run_id = 'dry-report'").fetchone()[0] == 0
+    shown = conn.execute("SELECT key, size_bytes, dry_run, deleted_at, owed, log_id FROM blobgc.deleted_object "
+                         "WHERE run_id = %s ORDER BY key", (run.run_id,)).fetchall()
+    assert shown == [(f"blobs/dry-report-{i}/raw", 10, True, None, False, None) for i in range(3)]
+    real = planned_run(conn, "real-plan", objects=2)  # a real run's plan is not a report: nothing shown yet
+    assert conn.execute("SELECT count(*) FROM blobgc.deleted_object WHERE run_id = %s",
+                        (real.run_id,)).fetchone()[0] == 0

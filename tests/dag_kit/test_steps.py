@@ -99,10 +99,10 @@ def test_a_name_missing_from_a_stale_export_table_is_still_found(monkeypatch):
     """The dag-processor keeps the blobgc.dag_kit it imported first (for `worker_identity`); after an upgrade its
     export table lacks new names, and DAG files importing them must still parse."""
     import blobgc.dag_kit as dag_kit
-    from blobgc.dag_kit.steps import owe_planned_objects
+    from blobgc.dag_kit.steps import purge_owed_cache_keys
 
-    stale = {k: v for k, v in dag_kit._EXPORTS.items() if k != "owe_planned_objects"}
+    stale = {k: v for k, v in dag_kit._EXPORTS.items() if k != "purge_owed_cache_keys"}
     monkeypatch.setattr(dag_kit, "_EXPORTS", stale)
-    assert dag_kit.owe_planned_objects is owe_planned_objects
+    assert dag_kit.purge_owed_cache_keys is purge_owed_cache_keys
     with pytest.raises(AttributeError, match="no_such_step"):
         dag_kit.no_such_step  # noqa: B018 - the lookup is the test

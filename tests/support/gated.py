@@ -1,8 +1,11 @@
 """Plan, pass the gate as a named person, then execute: a DAG run's halves in one call, for tests and benches.
 
-A DAG runs these halves as tasks with the gate between them (`blobgc.dag_kit.builder`); outside Airflow the
-gate is `blobgc.core.gate.let_through`, which records who let the plan through. Nothing here skips it: the
-executors refuse a plan with no go decision on record (`blobgc.core.plans.check_may_execute`).
+A DAG runs these halves as tasks with the gate between them (`blobgc.dag_kit.builder`), and the engine runs a
+whole kind in one process the same way (`blobgc.engine.run.run_through`). These helpers call a kind's planner and
+executor with finer control than a run has (explicit generations, ranges planned and parts executed side by side
+on several connections, for the benches); the gate is `blobgc.core.gate.let_through`, which records who let the
+plan through. Nothing here skips it: the executors refuse a plan with no go decision on record
+(`blobgc.core.plans.check_may_execute`).
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from blobgc.core.collections import BoundCollection, column_modes
-from blobgc.core.key_space import KeyRange
+from blobgc.core.collections import BoundCollection, CollectionSource, column_modes
+from blobgc.core.key_space import KeyRange, split_key_space
 from blobgc.core.outbox import record_deletions
 from blobgc.core.plans import (
     PlanItem,
@@ -47,6 +47,7 @@ from blobgc.core.references import (
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
+from blobgc.engine import Deletion, Reported, Tasks, Work
 
 log = logging.getLogger(__name__)
 
@@ -521,3 +522,66 @@ def execute_plan_part(
         result.skipped_rereferenced,
     )
     return result
+
+
+# ------------------------------------------------------------------------------------- the planned deletion
+@dataclass(frozen=True)
+class Sweep(Deletion):
+    """Seed 000's sweep over every collection as a planned deletion (`blobgc.engine.Deletion`), which `blobgc_sweep`
+    is built from: each collection's ids cut into about `sweep_workers` ranges, each range planned (`plan_collection`)
+    by its own task, each part executed (`execute_plan_part`); the drain deletes every key template's object.
+    `collections` is where the run's collections come from (the collections file, in a DAG)."""
+
+    collections: CollectionSource
+
+    tasks = Tasks(shards="plan_shards", plan="plan_deletions", execute="delete_unused_blobs")
+    reported = Reported(
+        planned={"planned": SweepResult, "not_planned": NotPlannedReport}, executed=("swept", PlanExecution)
+    )
+    catch_up_drain = True  # earlier runs' debts are drained before this run's parts are executed
+    labels = {
+        "plan_deletions": "{% set s = task.op_kwargs['shard'] %}{{ s['collection'] }} ids "
+        "{{ s['lo'] or 'start' }} .. {{ s['hi'] or 'end' }}",
+        "delete_unused_blobs": "{{ task.op_kwargs['part']['part'] }}",
+    }
+
+    def grace(self, work: Work, bound: BoundCollection) -> float:
+        """The collection's own grace, or the run's Param `grace_hours` where one is given and longer."""
+        given = work.params.get("grace_hours")
+        own = float(bound.collection.grace_hours)
+        return own if given is None else max(float(given), own)
+
+    def check(self, work: Work) -> None:
+        collections = self.collections.checked(work.conn, work.params)
+        self.collections.check_buckets(work.s3, collections)  # a missing bucket fails here, named with its collection
+
+    def shards(self, work: Work, prepared: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return [
+            {"collection": bound.name, "lo": lo, "hi": hi}
+            for bound in self.collections.checked(work.conn, work.params)
+            for lo, hi in split_key_space(work.conn, work.params["sweep_workers"], bound.id_column)
+        ]
+
+    def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
+        bound = self.collections.one(work.conn, shard["collection"])
+        return plan_collection(
+            work.conn,
+            work.run,
+            bound,
+            self.collections.references(work.conn, bound),
+            cutoff=work.cutoff(hours=self.grace(work, bound)),
+            batch_size=work.params["batch_size"],
+            key_range=(shard["lo"], shard["hi"]),
+        )
+
+    def execute(self, work: Work, part: dict[str, Any] | None) -> TaskResult:
+        assert part is not None
+        bound = self.collections.one(work.conn, part["collection"])
+        return execute_plan_part(
+            work.conn,
+            work.run,
+            bound,
+            self.collections.references(work.conn, bound),
+            cutoff=work.cutoff(hours=self.grace(work, bound)),
+            part=part["part"],
+        )

@@ -51,7 +51,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import psycopg
 import yaml
@@ -61,7 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from blobgc.core import queries
 from blobgc.core.catalog import table_exists
 from blobgc.core.key_space import IdColumn
-from blobgc.core.references import check_extra_query
+from blobgc.core.references import ReferenceSet, check_extra_query
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -827,3 +827,35 @@ def warn_slash_values(bound: BoundCollection) -> list[str]:
                     template.prefix,
                 )
     return found
+
+
+class CollectionSource(Protocol):
+    """Where a run's collections come from, as the collectors of collections read them (`blobgc.collectors.sweep.Sweep`,
+    `blobgc.collectors.reconcile.deletion.Reconcile`): in a DAG, the collections file and Airflow's settings
+    (`blobgc.dag_kit.collections.FILE`)."""
+
+    def bucket(self) -> str:
+        """The bucket a collection that names none keeps its objects in."""
+        ...
+
+    def checked(
+        self, conn: psycopg.Connection, params: Mapping[str, Any], *, index_warnings: bool = False
+    ) -> list[BoundCollection]:
+        """The collections the run's Param `collections` selects, each checked against the catalog."""
+        ...
+
+    def one(self, conn: psycopg.Connection, name: str) -> BoundCollection:
+        """One collection, checked against the catalog now (a mapped task binds its own)."""
+        ...
+
+    def references(self, conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet:
+        """Every reference to the collection's rows."""
+        ...
+
+    def store(self, default: Any) -> Any:
+        """The object store reaching every collection's bucket (`default`, or one per bucket's connection)."""
+        ...
+
+    def check_buckets(self, default: Any, collections: list[BoundCollection]) -> None:
+        """Refuse a missing bucket of the selected collections, naming its collection."""
+        ...

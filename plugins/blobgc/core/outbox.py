@@ -128,12 +128,12 @@ def record_deletions(
     With `modified_before` (an orphan judged by a stale LastModified, as an inventory report's), the drain asks
     the store for each object just before deleting it and keeps one written at or after that moment.
 
-    On a dry run the keys are logged (the run's report of what would go, under `part`: see
-    `blobgc.runs.restart_dry_run_part`) and nothing is owed. `rows` are the deleted rows' images as
+    A dry run logs and owes nothing: its report is its plan (`blobgc.core.plans.add_plan_item`). `rows` are the
+    deleted rows' images as
     JSON text (`to_jsonb(row)::text`, never parsed here), for a source whose rows blobgc_restore can
     put back.
     """
-    if not keys:
+    if not keys or run.dry_run:
         return
     conn.execute(
         queries.load("outbox/insert_deletions"),

@@ -206,10 +206,10 @@ def add_plan_item(
 ) -> None:
     """Add one item to `run`'s plan (call in the transaction that found it).
 
-    On a dry run the plan is the report, recorded here for every kind: the item's keys are logged
-    (`blobgc.deletion_log`, `dry_run = true`, under `part`) and, given `rows` (the rows the item deletes), the
-    counters of `counts_part` (default `part`) grow by its rows, objects and bytes. A kind that counts a part once
-    elsewhere (parallel planners would race on the same counters) passes no `rows`.
+    On a dry run the plan is the report, recorded once: its keys are shown from the plan
+    (`blobgc.deleted_object`, `dry_run = true`; the receipt's keys), never logged again, and, given `rows` (the
+    rows the item deletes), the counters of `counts_part` (default `part`) grow by its rows, objects and bytes. A
+    kind that counts a part once elsewhere (parallel planners would race on the same counters) passes no `rows`.
     """
     if not keys and not row_ids:
         return
@@ -229,20 +229,16 @@ def add_plan_item(
             "modified_before": modified_before,
         },
     )
-    if run.dry_run:
-        record_deletions(
-            conn, run, source=source, bucket=bucket, keys=keys, sizes=sizes, part=part, modified_before=modified_before
+    if run.dry_run and rows is not None:
+        add_counts(
+            conn,
+            run,
+            rows=rows,
+            objects=len(keys),
+            bytes_=sum(s or 0 for s in sizes),
+            part=counts_part or part,
+            collection=collection,
         )
-        if rows is not None:
-            add_counts(
-                conn,
-                run,
-                rows=rows,
-                objects=len(keys),
-                bytes_=sum(s or 0 for s in sizes),
-                part=counts_part or part,
-                collection=collection,
-            )
 
 
 def plan_objects(
@@ -295,7 +291,7 @@ def plan_listed_objects(
 
     Each item keeps the cut-off the objects were judged by (`modified_before`): when the plan is executed
     (`owe_planned_objects`), the drain keeps an object written again since. On a dry run the items are the
-    report (`add_plan_item` logs their keys) and the part's counters are set.
+    report and the part's counters are set.
     """
     restart_planning(conn, run, part)
     with conn.transaction():
@@ -310,7 +306,7 @@ def plan_listed_objects(
             modified_before=modified_before,
             batch_size=batch_size,
         )
-        if run.dry_run:  # the items logged the keys; the part's counters are set once
+        if run.dry_run:  # the items are the report; the part's counters are set once
             set_counts(conn, run, rows=0, objects=len(keys), bytes_=sum(sizes), part=part)
 
 

@@ -162,7 +162,8 @@ def write_part_counts(conn: psycopg.Connection, params: dict[str, Any]) -> None:
 
 
 def restart_dry_run_part(conn: psycopg.Connection, run: RunRef, part: str) -> None:
-    """Take back what an earlier attempt of this dry-run part reported: its counts and its deletion-log rows.
+    """Take back what an earlier attempt of this dry-run part reported: its counts (its keys are its plan items,
+    taken back by `blobgc.core.plans.restart_plan_part`).
 
     Collectors that write a dry run's report piecemeal (batch by batch) call this first, so a retried
     task reports its part once. Does nothing on a real run.

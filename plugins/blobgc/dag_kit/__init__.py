@@ -3,11 +3,11 @@
 - `params`: pools, default task arguments, the deleting DAGs' Params (docs/reference.md §4);
 - `connections` and `variables`: clients and settings from Airflow connections and Variables;
 - `steps`: `gc_step` (a collecting task: context values in as arguments, a typed result out) and the
-  steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`, and those of plans
-  (`fix_run_plan`, `list_plan_parts`, `owe_planned_objects`);
-- `builder`: `destructive_dag`, the one builder of every destructive DAG (a `Kind`: its planning tasks and how
-  a part of its plan is executed; the builder wires plan, gate, execution, drain and report once), imported
-  from `blobgc.dag_kit.builder` itself;
+  steps every DAG shares: `drain_owed_objects`, `purge_owed_cache_keys`, `report_run`;
+- `builder`: `destructive_dag`, the one builder of every destructive DAG, from a kind's planned deletion (a
+  `blobgc.engine.Deletion`): it wires the engine's steps (plan, gate, execution, drain and report) once;
+  imported from `blobgc.dag_kit.builder` itself;
+- `collections`: the collections file as the collectors of collections read it (`FILE`);
 - `gate`: the gate on unusual deletions (`deletion_gate`, a human-in-the-loop ApprovalOperator);
 - `notify`: the failure alert every task has as `on_failure_callback` (Variable `blobgc_notify`);
 - `worker_identity`: the hostname a local Celery worker reports.
@@ -32,9 +32,6 @@ _EXPORTS = {
     "destructive_params": "params",
     "plan_params": "params",
     "deletion_gate": "gate",
-    "fix_run_plan": "steps",
-    "list_plan_parts": "steps",
-    "owe_planned_objects": "steps",
     "Step": "steps",
     "drain_owed_objects": "steps",
     "failing_fast": "steps",

@@ -1,123 +1,76 @@
-"""One builder for every destructive DAG: a kind says what it plans and how a part of its plan is executed, and
-`destructive_dag` wires the same steps, in the same order, for all of them:
+"""One builder for every destructive DAG: a DAG file declares its kind of planned deletion (a
+`blobgc.engine.Deletion`), its Params, schedule, tags and `doc_md`, and `destructive_dag` wires the engine's steps
+(`blobgc.engine.run`), in the same order, for all of them:
 
-    planning (the kind's tasks; the first fixes the run's plan) -> gate -> execution -> drain -> report
+    [prepare] -> [shards] -> plan (mapped over the shards) -> gate -> execution -> drain -> report
 
-- **gate**: `deletion_gate`, after every planning task the kind names (`Planned.gate_after`).
-- **execution**: `plan_parts` then the kind's `execute` mapped over the parts (`Execution.mapped`), or one task
-  over the whole plan, or, for a plan of objects alone, `owe_planned_objects` (the drain deletes them). Whatever
-  runs it, it executes only a plan the gate let through (`blobgc.core.plans.check_may_execute`, checked by the
-  code that reads the plan's items, not by this wiring).
+- **planning**: the kind's first step fixes the run's plan (its own, or Param `from_plan`'s); the engine does it,
+  whichever step comes first. A shard is planned by its own mapped task.
+- **gate**: `deletion_gate`, after the planning.
+- **execution**: `plan_parts` then the kind's execute step mapped over the parts, or one task over the whole plan,
+  or, for a plan of objects alone, `owe_planned_objects` (the drain deletes them). Whatever runs it, it executes
+  only a plan the gate let through: the engine refuses it first (`blobgc.engine.run.execute`), and so does the
+  plan store's reader (`blobgc.core.plans.pending_items`), not this wiring.
 - **drain**: `delete_owed_objects` after the execution (and `retry_owed_objects` before it, for a kind that
   drains earlier runs' debts first), then `purge_cache_keys` for a kind that owes Redis keys.
-- **report**: `report_parts` (`report_run`), even when the gate refused, with `execution_report` as "plan" and the
+- **report**: `report` (`report_parts`), even when the gate refused, with `execution_report` as "plan" and the
   kind's own summaries.
-
-A DAG file declares its kind, Params, schedule, tags and `doc_md`, and calls `destructive_dag`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
-
-import psycopg
 
 from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import OwedFromPlan, execution_report
 from blobgc.core.results import TaskResult
-from blobgc.core.runs import RunRef
 from blobgc.dag_kit.gate import deletion_gate
-from blobgc.dag_kit.params import dag_defaults
-from blobgc.dag_kit.steps import (
-    drain_owed_objects,
-    gc_step,
-    list_plan_parts,
-    owe_planned_objects,
-    purge_owed_cache_keys,
-    report_parts,
-)
+from blobgc.dag_kit.params import S3_POOL, dag_defaults
+from blobgc.dag_kit.steps import Step, drain_owed_objects, gc_step, purge_owed_cache_keys, report_parts
+from blobgc.engine import run as engine
+from blobgc.engine.deletion import Deletion
 
 NONE_FAILED = "none_failed"
 BUILT_BY = "blobgc_built_by"  # the attribute of a DAG that names the builder that wired it
 
 
-@dataclass(frozen=True)
-class Planned:
-    """What a kind's planning tasks give the builder: the task(s) the gate follows, and the results the report
-    gathers, by name (each an XComArg of a planning task)."""
-
-    gate_after: Any
-    report: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How a kind executes its plan once the gate let it through: `execute(step, part)` mapped over the plan's parts
-    (`mapped`), or `execute(step)` once over the whole plan; its result goes to the report as `name`."""
-
-    execute: Callable[..., TaskResult]
-    name: str
-    result: type[TaskResult]
-    task_id: str | None = None  # the function's name when None
-    map_index_template: str | None = None
-
-
-@dataclass(frozen=True)
-class Kind:
-    """A kind of planned deletion, as a destructive DAG is built from it (`destructive_dag`).
-
-    `planning` builds the kind's planning tasks inside the DAG (its first task fixes the run's plan with
-    `fix_run_plan`) and returns `Planned`; `planned` gives the type of each result it reports. `execution` None:
-    the plan is objects alone, owed to the drain (`owe_planned_objects`)."""
-
-    planning: Callable[[], Planned]
-    planned: dict[str, type[TaskResult]]
-    execution: Execution | None = None
-    mapped: bool = True  # the execution is one task per part of the plan (else one task over the whole plan)
-    catch_up_drain: bool = False  # retry_owed_objects: earlier runs' debts drained before this run executes
-    cache_keys: bool = False  # purge_cache_keys after the execution: the kind owes Redis keys
-    drain_trigger_rule: str | None = None  # "none_failed": drain even when the execution had no part to run
-    summaries: dict[str, Callable[[psycopg.Connection, RunRef], dict]] = field(default_factory=dict)
-    extra_counters: tuple[str, ...] = ()
-
-
 def destructive_dag(
     dag_id: str,
     *,
-    kind: Kind,
+    deletion: Deletion,
     schedule: Any,
     params: dict[str, Any],
     tags: list[str],
     doc_md: str | None,
     receipt_path: Callable[[str, str], str],
 ) -> Any:
-    """The DAG `dag_id`, wired from `kind` (see the module docstring). `receipt_path(dag_id, run_id)` is where a
+    """The DAG `dag_id`, wired from `deletion` (see the module docstring). `receipt_path(dag_id, run_id)` is where a
     run's receipt page is (`blobgc.reclaim.routes.receipt_path`): the gate links the plan it asks about there."""
     from airflow.sdk import dag
 
     @dag(dag_id=dag_id, schedule=schedule, **dag_defaults(), params=params, tags=tags, doc_md=doc_md)
     def build() -> None:
-        planned = kind.planning()
+        planned, results, types = planning(deletion)
         gate = deletion_gate(trigger_rule=NONE_FAILED, receipt_path=receipt_path)
-        planned.gate_after >> gate
-        executed, name, result = execution(kind, gate)
-        objects = drain_owed_objects(**trigger(kind.drain_trigger_rule))()
+        planned >> gate
+        executed, name, result = execution(deletion, gate)
+        drains = trigger(NONE_FAILED if deletion.drain_when_nothing_executed else None)
+        objects = drain_owed_objects(**drains)()
         executed >> objects
-        results: dict[str, Any] = {**planned.report, name: executed, "objects": objects}
-        types: dict[str, type[TaskResult]] = {**kind.planned, name: result, "objects": DrainResult}
-        if kind.cache_keys:
+        results.update({name: executed, "objects": objects})
+        types.update({name: result, "objects": DrainResult})
+        if deletion.cache_keys:
             from blobgc.core.cache_purge import PurgeResult
 
-            results["cache"] = purge_owed_cache_keys(**trigger(kind.drain_trigger_rule))()
+            results["cache"] = purge_owed_cache_keys(**drains)()
             types["cache"] = PurgeResult
             executed >> results["cache"]
         report_parts(
             types,
             trigger_rule=NONE_FAILED,
-            summaries={**kind.summaries, "plan": execution_report},
-            extra_counters=kind.extra_counters,
+            summaries={**deletion.summaries(), "plan": execution_report},
+            extra_counters=deletion.extra_counters,
         )(**results)
 
     built = build()
@@ -125,27 +78,90 @@ def destructive_dag(
     return built
 
 
-def execution(kind: Kind, gate: Any) -> tuple[Any, str, type[TaskResult]]:
+def task_options(deletion: Deletion, task_id: str, *, lists: bool = False) -> dict[str, Any]:
+    """`gc_step`'s options for the kind's step `task_id`: its pool, its mapped tasks' label, and for the first
+    step the settings read before the run is recorded."""
+    options: dict[str, Any] = {"task_id": task_id}
+    if task_id == getattr(deletion.tasks, deletion.first):
+        options["checks"] = deletion.preflight()
+    if lists and deletion.lists_objects:
+        options["pool"] = S3_POOL
+    if task_id in deletion.labels:
+        options["map_index_template"] = deletion.labels[task_id]
+    return options
+
+
+def planning(deletion: Deletion) -> tuple[Any, dict[str, Any], dict[str, type[TaskResult]]]:
+    """The kind's planning tasks: (the plan step, the results the report gathers by name, and their types)."""
+    tasks, reported = deletion.tasks, deletion.reported
+    results: dict[str, Any] = {}
+    types: dict[str, type[TaskResult]] = dict(reported.planned)
+    inputs: dict[str, Any] = {}
+    if tasks.prepare:
+
+        @gc_step(**task_options(deletion, tasks.prepare, lists=True))
+        def prepare(step: Step) -> TaskResult:
+            return engine.prepare(step, deletion)
+
+        inputs["prepared"] = prepare()
+        if reported.prepared:
+            results[reported.prepared[0]] = inputs["prepared"]
+            types[reported.prepared[0]] = reported.prepared[1]
+
+    @gc_step(**task_options(deletion, tasks.plan, lists=True))
+    def plan(step: Step, shard: dict | None = None, prepared: dict | None = None) -> TaskResult:
+        return engine.plan(step, deletion, shard, prepared)
+
+    if tasks.shards:
+
+        @gc_step(**task_options(deletion, tasks.shards))
+        def shards(step: Step, prepared: dict | None = None) -> list[dict]:
+            return engine.shards(step, deletion, prepared)
+
+        planned = plan.partial(**inputs).expand(shard=shards(**inputs))
+    else:
+        planned = plan(**inputs)
+    results.update({name: planned for name in reported.planned})
+    return planned, results, types
+
+
+def execution(deletion: Deletion, gate: Any) -> tuple[Any, str, type[TaskResult]]:
     """The kind's execution tasks after `gate`: (the task whose result is reported, its name, its type)."""
-    ex = kind.execution
-    if ex is None:
-        owed = owe_planned_objects()()
+    task_id, reported = deletion.tasks.execute, deletion.reported.executed
+    if task_id is None:
+
+        @gc_step(task_id="owe_planned_objects")
+        def owe_planned_objects(step: Step) -> OwedFromPlan:
+            return engine.owe(step)  # refused, owing nothing, unless the gate let the plan through
+
+        owed = owe_planned_objects()
         gate >> owed
         return owed, "owed", OwedFromPlan
-    task_kwargs: dict[str, Any] = {"task_id": ex.task_id} if ex.task_id else {}
-    if ex.map_index_template:
-        task_kwargs["map_index_template"] = ex.map_index_template
-    task = gc_step(**task_kwargs)(ex.execute)
-    if not kind.mapped:
-        executed = task()
+    name, result = reported or ("executed", TaskResult)
+    if not deletion.mapped:
+
+        @gc_step(**task_options(deletion, task_id))
+        def execute_plan(step: Step) -> TaskResult:
+            return engine.execute(step, deletion)
+
+        executed = execute_plan()
         gate >> executed
-        return executed, ex.name, ex.result
-    parts = list_plan_parts()()
+        return executed, name, result
+
+    @gc_step(task_id="plan_parts")
+    def plan_parts(step: Step) -> list[dict]:
+        return engine.parts(step)  # refused unless the gate let the plan through
+
+    @gc_step(**task_options(deletion, task_id))
+    def execute_part(step: Step, part: dict) -> TaskResult:
+        return engine.execute(step, deletion, part)
+
+    parts = plan_parts()
     gate >> parts
-    executed = task.expand(part=parts)
-    if kind.catch_up_drain:  # earlier runs' debts first, so that this run's delete tasks start from a settled outbox
+    executed = execute_part.expand(part=parts)
+    if deletion.catch_up_drain:  # earlier runs' debts first: this run's delete tasks start from a settled outbox
         parts >> drain_owed_objects("retry_owed_objects", fail_on_parked=False)() >> executed
-    return executed, ex.name, ex.result
+    return executed, name, result
 
 
 class TaskTrigger(TypedDict, total=False):

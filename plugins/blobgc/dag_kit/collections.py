@@ -10,6 +10,7 @@ so it works from the catalog as it is when the task runs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -46,7 +47,7 @@ def collections_param() -> Any:
 
 
 def checked_collections(
-    conn: psycopg.Connection, params: dict[str, Any], *, index_warnings: bool = False
+    conn: psycopg.Connection, params: Mapping[str, Any], *, index_warnings: bool = False
 ) -> list[BoundCollection]:
     """The collections the run's Param selects, each checked against the catalog with its references."""
     bucket = blob_bucket()
@@ -102,3 +103,31 @@ def check_collection_buckets(default_s3, collections: list[BoundCollection]) -> 
     check_buckets(
         s3_for_collections(default_s3), collection_bucket_origins(collections, blob_bucket()), listing_needed=False
     )
+
+
+class FileCollections:
+    """The collections file and Airflow's settings, as the collectors of collections read them
+    (`blobgc.core.collections.CollectionSource`)."""
+
+    def bucket(self) -> str:
+        return blob_bucket()
+
+    def checked(
+        self, conn: psycopg.Connection, params: Mapping[str, Any], *, index_warnings: bool = False
+    ) -> list[BoundCollection]:
+        return checked_collections(conn, params, index_warnings=index_warnings)
+
+    def one(self, conn: psycopg.Connection, name: str) -> BoundCollection:
+        return one_collection(conn, name)
+
+    def references(self, conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet:
+        return references(conn, bound)
+
+    def store(self, default: Any) -> Any:
+        return s3_for_collections(default)
+
+    def check_buckets(self, default: Any, collections: list[BoundCollection]) -> None:
+        check_collection_buckets(default, collections)
+
+
+FILE = FileCollections()

@@ -9,9 +9,9 @@ once, without retries: no retry can fix a bad setting.
 
 The shared steps exist once and are called from every DAG that needs them:
 `drain_owed_objects` (delete what the outbox owes), `purge_owed_cache_keys` (unlink what Redis is
-owed), `report_run` (finish the run's report, emit its metrics), and for a DAG that plans before it deletes,
-`fix_run_plan` (its first task's choice of plan, Params `from_plan` and `plan_max_age_hours`) and
-`list_plan_parts` (the parts of the plan the gate let through, one delete task each).
+owed), `report_run` (finish the run's report, emit its metrics). The steps of a planned deletion (fix the
+plan, plan, execute what the gate let through) are the engine's (`blobgc.engine.run`), wired by
+`blobgc.dag_kit.builder`. A `Step` is the engine's `Work`.
 """
 
 from __future__ import annotations
@@ -342,44 +342,3 @@ def emit_run_metrics(
         stats.gauge(f"{prefix}.parked", parked)
     except Exception as error:  # noqa: BLE001 - metrics are best effort
         log.warning("could not emit blobgc metrics for %s: %s", run.dag_id, error)
-
-
-# ------------------------------------------------------------------------------------------ plans
-def fix_run_plan(step: Step) -> bool:
-    """Fix the plan this run executes (call from the DAG's first task); True when the run makes its own plan.
-
-    With Param `from_plan`, the named dry run's plan is checked (same DAG, finished, younger than
-    `plan_max_age_hours`, executed by no other run) and nothing is planned anew.
-    """
-    from blobgc.core.plans import fix_plan, plan_max_age
-
-    plan = fix_plan(step.conn, step.run, step.params.get("from_plan"), plan_max_age(step.params))
-    if plan != step.run.run_id:
-        log.info("this run executes the plan of dry run %s: it plans nothing itself", plan)
-    return plan == step.run.run_id
-
-
-def list_plan_parts(task_id: str = "plan_parts", **task_kwargs: Any):
-    """The step after the gate: the parts of the run's plan, one delete task each (refused, as every execution of a
-    plan is, unless the gate let it through: `blobgc.core.plans.check_may_execute`)."""
-
-    @gc_step(task_id=task_id, **task_kwargs)
-    def plan_parts(step: Step) -> list[dict]:
-        from blobgc.core.plans import executable_parts
-
-        return [{"collection": p["collection"], "part": p["part"]} for p in executable_parts(step.conn, step.run)]
-
-    return plan_parts
-
-
-def owe_planned_objects(task_id: str = "owe_planned_objects", **task_kwargs: Any):
-    """The step after the gate of a DAG whose plan is objects alone (orphans found by listing): owe them to the
-    outbox, each with the cut-off it was judged by, for the drain to check again and delete."""
-    from blobgc.core.plans import OwedFromPlan
-    from blobgc.core.plans import owe_planned_objects as owe
-
-    @gc_step(task_id=task_id, **task_kwargs)
-    def owe_planned(step: Step) -> OwedFromPlan:
-        return owe(step.conn, step.run)  # refused, owing nothing, unless the gate let the plan through
-
-    return owe_planned

@@ -21,14 +21,13 @@ from blobgc.core.outbox import DrainResult
 from blobgc.core.refusals import (
     MEDIA_BUCKET_VARIABLE,
     bucket_refusal,
-    check_buckets,
     collection_origin,
     missing_object_refusal,
     privilege_refusal,
     run_bucket_origin,
     source_origin,
 )
-from blobgc.core.settings import ConfigurationError, MediaSettings
+from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.connections import PG_CONN_ID
 from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, media_settings
 
@@ -91,13 +90,6 @@ def bucket_origin(bucket: str, source: str | None = None) -> str:
     if not found and source:
         found.append(source_origin(source))
     return "; ".join(found) or "nothing in blobgc's settings names it"
-
-
-def check_media_buckets(s3, settings: MediaSettings) -> None:
-    """Seed 004's two buckets exist and may be listed (else the task fails at once, naming the bucket and Variable
-    blobgc_media_bucket_prefix)."""
-    origin = f"{MEDIA_BUCKET_VARIABLE} {settings.bucket_prefix!r}"
-    check_buckets(s3, {settings.images_bucket: [origin], settings.profiles_bucket: [origin]})
 
 
 def declared() -> list[Collection]:

@@ -48,56 +48,19 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.collectors.reconcile import from_inventory, listing, report
 from blobgc.collectors.reconcile.checks import MIN_AGE_FLOOR_HOURS
-from blobgc.collectors.reconcile.planning import run_shards
-from blobgc.collectors.reconcile.shards import Shard, ShardResult
-from blobgc.dag_kit import S3_POOL, Step, destructive_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
-from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
-from blobgc.dag_kit.variables import blob_bucket, blob_bucket_origin, inventory_destinations
+from blobgc.collectors.reconcile.deletion import Reconcile
+from blobgc.dag_kit import destructive_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
+from blobgc.dag_kit.collections import FILE, collections_param
+from blobgc.dag_kit.variables import blob_bucket_origin, inventory_destinations
 from blobgc.reclaim.routes import receipt_path
-
-
-def planning() -> Planned:
-    @gc_step()
-    def plan_shards(step: Step) -> list[dict]:
-        collections = checked_collections(step.conn, step.params, index_warnings=True)
-        if not fix_run_plan(step):
-            return []
-        return [shard.to_xcom() for shard in run_shards(step.conn, step.s3, s3_for_collections(step.s3), blob_bucket(),
-                collections, step.params, reference_time=step.run.reference_time,
-                destinations=inventory_destinations(), bucket_variable=blob_bucket_origin())]
-
-    @gc_step(pool=S3_POOL, map_index_template="{% set s = task.op_kwargs['shard'] %}"
-                                               "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
-                                               "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
-                                               "{{ s['prefix'] or '(top level)' }}"
-                                               "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
-                                               "{{ s['hi'] or '…' }}){% endif %}{% endif %}")
-    def reconcile_shard(step: Step, shard: dict) -> ShardResult:
-        part = Shard.from_xcom(shard)
-        cutoff = step.cutoff(hours=step.params["min_age_hours"])
-        if part.inventory:
-            scope = from_inventory.scope_of(step.conn, blob_bucket(), checked_collections(step.conn, step.params),
-                                            part.bucket or blob_bucket(), seeds=not step.params["collections"],
-                                            prefixes=step.params["prefixes"])
-            return from_inventory.reconcile_from_inventory(
-                step.conn, s3_for_collections(step.s3), step.s3, step.run, scope, part.inventory, cutoff=cutoff,
-                max_age_hours=step.params["max_inventory_age_hours"])
-        return listing.reconcile_shard(
-            step.conn, s3_for_collections(step.s3), step.run, part, bucket=blob_bucket(), cutoff=cutoff,
-            collection=one_collection(step.conn, part.collection) if part.collection else None,
-            bucket_origin=blob_bucket_origin())
-
-    shards = reconcile_shard.expand(shard=plan_shards())
-    return Planned(shards, {"shards": shards})
-
 
 dag = destructive_dag(
     "blobgc_reconcile",
-    kind=Kind(planning, {"shards": ShardResult},  # the plan is objects alone: owed to the drain, which deletes them
-              summaries={"reconcile": report.summarize, "not_planned": report.not_planned}),
+    # the plan is objects alone: owed to the drain, which deletes them
+    deletion=Reconcile(collections=FILE, bucket_origin=blob_bucket_origin,
+                       inventory_destinations=inventory_destinations),
     schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
     params=destructive_params(
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "

@@ -39,7 +39,7 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
    counts of what was not planned, per collection, go to `blobgc.run.details` under `not_planned`
    (shown on the receipt page), and it logs them again, a sentence per collection.
 
-`dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. Each
+`dry_run` makes the plan (also in `blobgc.deleted_object`, `dry_run = true`) and changes nothing. Each
 task is idempotent: clear any one and re-run it. The receipt page `/blobgc/runs/blobgc_sweep/<run id>`
 shows the plan and what became of it.
 """
@@ -47,61 +47,15 @@ from __future__ import annotations
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param
 
-from blobgc.collectors.sweep import NotPlannedReport, PlanExecution, SweepResult, execute_plan_part, plan_collection
-from blobgc.core.key_space import split_key_space
-from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
-from blobgc.dag_kit.collections import (
-    check_collection_buckets,
-    checked_collections,
-    collections_param,
-    one_collection,
-    references,
-)
+from blobgc.collectors.sweep import Sweep
+from blobgc.dag_kit import destructive_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
+from blobgc.dag_kit.collections import FILE, collections_param
 from blobgc.reclaim.routes import receipt_path
-
-
-def grace_of(step: Step, bound) -> float:
-    """The collection's own grace, or the run's Param `grace_hours` where one is given and longer."""
-    given = step.params.get("grace_hours")
-    own = float(bound.collection.grace_hours)
-    return own if given is None else max(float(given), own)
-
-
-def planning() -> Planned:
-    @gc_step()
-    def plan_shards(step: Step) -> list[dict]:
-        collections = checked_collections(step.conn, step.params)
-        check_collection_buckets(step.s3, collections)  # a missing bucket fails here, named with its collection
-        if not fix_run_plan(step):
-            return []
-        return [{"collection": bound.name, "lo": lo, "hi": hi}
-                for bound in collections
-                for lo, hi in split_key_space(step.conn, step.params["sweep_workers"], bound.id_column)]
-
-    @gc_step(map_index_template="{% set s = task.op_kwargs['shard'] %}{{ s['collection'] }} ids "
-                                "{{ s['lo'] or 'start' }} .. {{ s['hi'] or 'end' }}")
-    def plan_deletions(step: Step, shard: dict) -> SweepResult:
-        bound = one_collection(step.conn, shard["collection"])
-        return plan_collection(step.conn, step.run, bound, references(step.conn, bound),
-                               cutoff=step.cutoff(hours=grace_of(step, bound)), batch_size=step.params["batch_size"],
-                               key_range=(shard["lo"], shard["hi"]))
-
-    planned = plan_deletions.expand(shard=plan_shards())
-    return Planned(planned, {"planned": planned, "not_planned": planned})
-
-
-def delete_unused_blobs(step: Step, part: dict) -> PlanExecution:
-    bound = one_collection(step.conn, part["collection"])
-    return execute_plan_part(step.conn, step.run, bound, references(step.conn, bound),
-                             cutoff=step.cutoff(hours=grace_of(step, bound)), part=part["part"])
-
 
 dag = destructive_dag(
     "blobgc_sweep",
-    kind=Kind(planning, {"planned": SweepResult, "not_planned": NotPlannedReport}, catch_up_drain=True,
-              execution=Execution(delete_unused_blobs, "swept", PlanExecution,
-                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
+    deletion=Sweep(collections=FILE),
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"),
                                  assets=[Asset("blobgc_marked_blobs")]),
     params=destructive_params(

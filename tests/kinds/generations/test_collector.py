@@ -489,7 +489,7 @@ def test_dry_run_reports_and_changes_nothing(conn, s3, bucket):
         assert (result.blobs_deleted, result.deletions_cleared, result.blobs_kept) == (5, 5, 0)
     assert (blobs(conn), deletions(conn), mail_keys(s3, bucket)) == before
     assert conn.execute("SELECT max(id) FROM gen.generation").fetchone()[0] == 3
-    logged = conn.execute("SELECT dry_run, array_agg(k ORDER BY k) FROM blobgc.deletion_log, unnest(keys) k "
+    logged = conn.execute("SELECT dry_run, array_agg(key ORDER BY key) FROM blobgc.deleted_object "
                           "GROUP BY dry_run").fetchall()
     assert logged == [(True, sorted(f"mail/{b}" for b in garbage))]
     assert conn.execute("SELECT count(*) FROM blobgc.outbox").fetchone()[0] == 0

@@ -279,6 +279,8 @@ def test_a_dry_runs_thumbnail_plan_is_logged_and_replanned_once_on_retry(conn, s
         assert check_thumbnails(conn, s3, redis, dry, shard, media, cutoff=cutoff(dry, hours=24)).orphans == 1
     assert conn.execute("SELECT keys, bytes, modified_before IS NOT NULL FROM blobgc.plan_item WHERE run_id = %s",
                         (dry.run_id,)).fetchall() == [([icon], 4, True)]
-    assert conn.execute("SELECT keys FROM blobgc.deletion_log WHERE run_id = %s AND dry_run",
-                        (dry.run_id,)).fetchall() == [([icon],)]
+    assert conn.execute("SELECT key FROM blobgc.deleted_object WHERE run_id = %s AND dry_run",
+                        (dry.run_id,)).fetchall() == [(icon,)]  # the report is the plan, shown once
+    assert conn.execute("SELECT count(*) FROM blobgc.deletion_log WHERE run_id = %s",
+                        (dry.run_id,)).fetchone()[0] == 0
     assert keys(s3, media.profiles_bucket) == [icon]

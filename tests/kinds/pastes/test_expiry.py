@@ -71,7 +71,7 @@ def plan_rows(conn, run_id: str) -> list[tuple[str, list[str], list[str]]]:
 
 
 def dry_logged(conn, run_id: str) -> set[str]:
-    return {k for (k,) in conn.execute("SELECT unnest(keys) FROM blobgc.deletion_log WHERE run_id = %s AND dry_run",
+    return {k for (k,) in conn.execute("SELECT key FROM blobgc.deleted_object WHERE run_id = %s AND dry_run",
                                        (run_id,))}
 
 

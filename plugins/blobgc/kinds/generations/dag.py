@@ -33,7 +33,7 @@ exactly its plan** (`blobgc.core.plans`):
    when the gate refused; per-generation figures are in `blobgc.generation_collection`.
 
 `dry_run` opens no generation (it reports the one a real run would open), makes the plan (also in
-`blobgc.deletion_log`, `dry_run = true`) and deletes nothing. Each task is idempotent: clear any
+`blobgc.deleted_object`, `dry_run = true`) and deletes nothing. Each task is idempotent: clear any
 one and re-run it. The receipt page `/blobgc/runs/blobgc_generations/<run id>` shows the plan and
 what became of it.
 """
@@ -41,49 +41,15 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
+from blobgc.dag_kit import deleting_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.variables import blob_bucket
-from blobgc.kinds.generations import collector as generations
-from blobgc.kinds.generations.collector import GenerationExecution, GenerationPlan, OpenedGeneration
+from blobgc.kinds.generations.deletion import GenerationCollection
 from blobgc.reclaim.routes import receipt_path
-
-COLLECT_WORKERS = 2  # connections walking a generation's candidates side by side
-
-
-def planning() -> Planned:
-    @gc_step()
-    def open_generation(step: Step) -> OpenedGeneration:
-        plans = fix_run_plan(step)
-        return generations.open_generation(step.conn, step.run, plans=plans)
-
-    @gc_step()
-    def plan_collection(step: Step, opened: dict) -> list[int]:
-        return generations.eligible_generations(step.conn, OpenedGeneration.from_xcom(opened))
-
-    @gc_step(map_index_template="generation {{ task.op_kwargs['generation'] }}")
-    def collect(step: Step, generation: int, opened: dict) -> GenerationPlan:
-        return generations.plan_generation(
-            step.conn, step.run, generation=generation, collectable=OpenedGeneration.from_xcom(opened).collectable,
-            bucket=blob_bucket(), false_positive_rate=step.params["false_positive_rate"],
-            batch_size=step.params["batch_size"], workers=COLLECT_WORKERS, connect=step.connect)
-
-    opened = open_generation()
-    planned = collect.partial(opened=opened).expand(generation=plan_collection(opened))
-    return Planned(planned, {"generation": opened, "planned": planned})
-
-
-def delete_planned_blobs(step: Step, part: dict) -> GenerationExecution:
-    return generations.execute_plan_part(step.conn, step.run, part=part["part"])
-
 
 dag = destructive_dag(
     "blobgc_generations",
-    # none_failed: the drain runs when nothing was planned or executed too (no mapped task): earlier runs' debts
-    kind=Kind(planning, {"generation": OpenedGeneration, "planned": GenerationPlan}, drain_trigger_rule="none_failed",
-              summaries={"collected": generations.summarize},
-              execution=Execution(delete_planned_blobs, "executed", GenerationExecution,
-                                  map_index_template="{{ task.op_kwargs['part']['part'] }}")),
+    deletion=GenerationCollection(bucket=blob_bucket),
     schedule=CronTriggerTimetable("15 3 * * *", timezone="UTC"),
     params=deleting_params(
         false_positive_rate=Param(0.01, type="number", exclusiveMinimum=0, maximum=0.5,

@@ -29,45 +29,22 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
 5. **report** records rows, objects and bytes in `blobgc.reclaim_daily`, and the plan's planned,
    deleted, skipped and failed counts. It runs even when the gate refused.
 
-`dry_run` makes the plan (also in `blobgc.deletion_log`, `dry_run = true`) and changes nothing. The
+`dry_run` makes the plan (also in `blobgc.deleted_object`, `dry_run = true`) and changes nothing. The
 receipt page `/blobgc/runs/blobgc_image_cleanup/<run id>` shows the plan and what became of it.
 """
 from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable
 
-from blobgc.dag_kit import Step, destructive_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
+from blobgc.dag_kit import destructive_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, image_sizes
-from blobgc.kinds.images import cleanup as images
-from blobgc.kinds.images.cleanup import CleanupExecution, CleanupResult
+from blobgc.kinds.images.deletion import ImageCleanup
 from blobgc.reclaim.routes import receipt_path
-
-
-def grace_cutoff(step: Step):
-    return step.cutoff(days=step.params["grace_days"])
-
-
-def planning() -> Planned:
-    @gc_step(checks=(image_sizes,))
-    def plan_unbound_images(step: Step) -> CleanupResult:
-        if not fix_run_plan(step):
-            return CleanupResult()
-        return images.plan_unbound_images(step.conn, step.run, cutoff=grace_cutoff(step), bucket=blob_bucket(),
-                                          size_names=image_sizes(), batch_size=step.params["batch_size"])
-
-    planned = plan_unbound_images()
-    return Planned(planned, {"planned": planned})
-
-
-def delete_unbound_images(step: Step) -> CleanupExecution:
-    return images.execute_image_plan(step.conn, step.run, cutoff=grace_cutoff(step))
-
 
 dag = destructive_dag(
     "blobgc_image_cleanup",
-    kind=Kind(planning, {"planned": CleanupResult}, mapped=False,
-              execution=Execution(delete_unbound_images, "images", CleanupExecution)),
+    deletion=ImageCleanup(bucket=blob_bucket, sizes=image_sizes),
     schedule=CronTriggerTimetable("30 4 * * *", timezone="UTC"),
     params=destructive_params("grace_days", 14, "Unbound photos touched within this many days are kept.",
                               **plan_params()),

@@ -30,38 +30,15 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.dag_kit import S3_POOL, Step, deleting_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Kind, Planned, destructive_dag
-from blobgc.dag_kit.unfixable import check_media_buckets
+from blobgc.dag_kit import deleting_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.variables import media_settings
-from blobgc.kinds.media import cleanup as media_cleanup
-from blobgc.kinds.media.cleanup import MediaShard, StagingResult
+from blobgc.kinds.media.deletion import MediaStaging
 from blobgc.reclaim.routes import receipt_path
-
-
-def planning() -> Planned:
-    @gc_step()
-    def plan_shards(step: Step) -> list[dict]:
-        if not fix_run_plan(step):
-            return []
-        settings = media_settings()
-        check_media_buckets(step.s3, settings)  # a missing bucket fails here, named, without retries
-        return [s.to_xcom() for s in media_cleanup.staging_shards(step.s3, settings)]
-
-    @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['shard']['bucket'] }}/"
-                                              "{{ task.op_kwargs['shard']['prefix'] }}")
-    def plan_stale_staging(step: Step, shard: dict) -> StagingResult:
-        return media_cleanup.plan_stale_staging(step.conn, step.s3, step.run, MediaShard.from_xcom(shard),
-                                                cutoff=step.cutoff(minutes=step.params["max_age_minutes"]),
-                                                batch_size=step.params["batch_size"])
-
-    stale = plan_stale_staging.expand(shard=plan_shards())
-    return Planned(stale, {"staging": stale})
-
 
 dag = destructive_dag(
     "blobgc_media_staging",
-    kind=Kind(planning, {"staging": StagingResult}),  # the plan is objects alone: owed to the drain
+    deletion=MediaStaging(settings=media_settings),  # the plan is objects alone: owed to the drain
     schedule=CronTriggerTimetable("20 * * * *", timezone="UTC"),
     params=deleting_params(
         max_age_minutes=Param(60, type="integer", minimum=7,

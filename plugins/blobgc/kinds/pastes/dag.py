@@ -15,7 +15,7 @@ A run **plans first, then deletes exactly its plan** (`blobgc.core.plans`):
    `from_plan`), so that all the pastes of a content fall in one part; **plan_expiry** (mapped, one
    task per range) lists the due pastes, a batch of `batch_size` per plan item, with the
    `pastes/{content_hash}` objects (and sizes) of the contents that batch takes to ref_count 0.
-   Nothing is locked or deleted. On a dry run, this is the report (also in `blobgc.deletion_log`,
+   Nothing is locked or deleted. On a dry run, this is the report (also in `blobgc.deleted_object`,
    `dry_run = true`).
 3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
    threshold it waits for a person to approve or reject. A dry run never waits.
@@ -43,55 +43,15 @@ from __future__ import annotations
 
 from airflow.sdk import CronTriggerTimetable, Param
 
-from blobgc.dag_kit import Step, deleting_params, fix_run_plan, gc_step, plan_params
-from blobgc.dag_kit.builder import Execution, Kind, Planned, destructive_dag
+from blobgc.dag_kit import deleting_params, plan_params
+from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.variables import blob_bucket, paste_redis_prefix
-from blobgc.kinds.pastes import expiry as pastes
-from blobgc.kinds.pastes.expiry import DriftReport, ExpiryExecution, PlannedExpiry
+from blobgc.kinds.pastes.deletion import PasteExpiry
 from blobgc.reclaim.routes import receipt_path
-
-
-def planning() -> Planned:
-    @gc_step()
-    def check_ref_counts(step: Step) -> DriftReport:
-        plans = fix_run_plan(step)
-        return pastes.check_ref_counts(step.conn, step.run, bucket=blob_bucket(), batch_size=step.params["batch_size"],
-                                plan_orphans=plans)
-
-    @gc_step()
-    def expiry_ranges(step: Step) -> list[list[str | None]]:
-        # a retry may cut other ranges: take back the old ones (none once the gate judged the plan: it is kept)
-        if not pastes.plans_itself(step.conn, step.run) or not pastes.restart_expiry_plan(step.conn, step.run):
-            return []
-        return [list(r) for r in pastes.split_expiry_contents(step.conn, step.run.reference_time,
-                                                              step.params["expiry_workers"])]
-
-    @gc_step(map_index_template="contents {{ (task.op_kwargs['hashes'][0] or 'start')[:8] }}"
-                                "..{{ (task.op_kwargs['hashes'][1] or 'end')[:8] }}")
-    def plan_expiry(step: Step, hashes: list[str | None]) -> PlannedExpiry:
-        return pastes.plan_expiry(step.conn, step.run, expired_before=step.run.reference_time, bucket=blob_bucket(),
-                           batch_size=step.params["batch_size"], content_range=(hashes[0], hashes[1]))
-
-    drift = check_ref_counts()
-    ranges = expiry_ranges()
-    drift >> ranges
-    planned = plan_expiry.expand(hashes=ranges)
-    return Planned(planned, {"ref_counts": drift, "planned": planned})
-
-
-def expire_pastes(step: Step, part: dict) -> ExpiryExecution:
-    return pastes.execute_expiry_part(step.conn, step.run, part=part["part"], redis_prefix=paste_redis_prefix())
-
 
 dag = destructive_dag(
     "blobgc_paste_expiry",
-    # none_failed: the drains run even when this run's plan is empty (no expire_pastes task): earlier runs' debts
-    kind=Kind(planning, {"ref_counts": DriftReport, "planned": PlannedExpiry}, cache_keys=True,
-              drain_trigger_rule="none_failed",
-              execution=Execution(expire_pastes, "expired", ExpiryExecution, map_index_template=(
-                  "{% set p = task.op_kwargs['part']['part'] %}{% if p.startswith('contents ') %}"
-                  "{% set r = p[9:].split('..') %}contents {{ r[0][:8] }}..{{ r[1][:8] }}"
-                  "{% else %}{{ p }}{% endif %}"))),
+    deletion=PasteExpiry(bucket=blob_bucket, redis_prefix=paste_redis_prefix),
     schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"),
     params=deleting_params(
         expiry_workers=Param(2, type="integer", minimum=1, maximum=16,

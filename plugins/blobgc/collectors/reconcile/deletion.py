@@ -1,0 +1,98 @@
+"""Bucket-vs-database reconciliation as a planned deletion of objects alone (`blobgc.engine.Deletion`), which
+`blobgc_reconcile` is built from: the run's shards (a prefix of a bucket, or a key range of one, or a bucket's
+newest inventory report), each reconciled by its own task into the plan; the engine owes the planned orphans after
+the gate and the drain deletes them, checking each again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from blobgc.collectors.reconcile import from_inventory, listing, report
+from blobgc.collectors.reconcile.planning import run_shards
+from blobgc.collectors.reconcile.shards import Shard, ShardResult
+from blobgc.core.collections import CollectionSource
+from blobgc.core.results import TaskResult
+from blobgc.core.runs import RunRef
+from blobgc.engine import Deletion, Reported, Tasks, Work
+
+
+@dataclass(frozen=True)
+class Reconcile(Deletion):
+    """`collections` is where the run's collections come from (the collections file, in a DAG); `bucket_origin`
+    names what points at the seeds' bucket, and `inventory_destinations` where each bucket's inventory reports are
+    (Variables, in a DAG)."""
+
+    collections: CollectionSource
+    bucket_origin: Callable[[], str]
+    inventory_destinations: Callable[[], dict[str, str]]
+
+    tasks = Tasks(shards="plan_shards", plan="reconcile_shard")
+    reported = Reported(planned={"shards": ShardResult})
+    lists_objects = True
+    labels = {
+        "reconcile_shard": "{% set s = task.op_kwargs['shard'] %}"
+        "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
+        "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
+        "{{ s['prefix'] or '(top level)' }}"
+        "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
+        "{{ s['hi'] or '…' }}){% endif %}{% endif %}"
+    }
+
+    def check(self, work: Work) -> None:
+        self.collections.checked(work.conn, work.params, index_warnings=True)
+
+    def shards(self, work: Work, prepared: dict[str, Any] | None) -> list[dict[str, Any]]:
+        collections = self.collections.checked(work.conn, work.params)
+        found = run_shards(
+            work.conn,
+            work.s3,
+            self.collections.store(work.s3),
+            self.collections.bucket(),
+            collections,
+            work.params,
+            reference_time=work.run.reference_time,
+            destinations=self.inventory_destinations(),
+            bucket_variable=self.bucket_origin(),
+        )
+        return [shard.to_xcom() for shard in found]
+
+    def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
+        part = Shard.from_xcom(shard)
+        cutoff = work.cutoff(hours=work.params["min_age_hours"])
+        bucket, store = self.collections.bucket(), self.collections.store(work.s3)
+        if part.inventory:
+            scope = from_inventory.scope_of(
+                work.conn,
+                bucket,
+                self.collections.checked(work.conn, work.params),
+                part.bucket or bucket,
+                seeds=not work.params["collections"],
+                prefixes=work.params["prefixes"],
+            )
+            return from_inventory.reconcile_from_inventory(
+                work.conn,
+                store,
+                work.s3,
+                work.run,
+                scope,
+                part.inventory,
+                cutoff=cutoff,
+                max_age_hours=work.params["max_inventory_age_hours"],
+            )
+        return listing.reconcile_shard(
+            work.conn,
+            store,
+            work.run,
+            part,
+            bucket=bucket,
+            cutoff=cutoff,
+            collection=self.collections.one(work.conn, part.collection) if part.collection else None,
+            bucket_origin=self.bucket_origin(),
+        )
+
+    def summaries(self) -> dict[str, Callable[[psycopg.Connection, RunRef], dict[str, Any]]]:
+        return {"reconcile": report.summarize, "not_planned": report.not_planned}
