@@ -421,6 +421,8 @@ def up_airflow(env: dict[str, str]) -> None:
         if running[component]:
             continue
         argv = [airflow, component]
+        if component == "scheduler":  # started again if it exits on its own (scripts/keep_running.py)
+            argv = [str(VENV_BIN / "python"), str(ROOT / "scripts" / "keep_running.py"), *argv]
         if component == "api-server":
             argv += ["--port", str(AIRFLOW_PORT), "--host", "0.0.0.0"]
         log(f"starting airflow {component}")

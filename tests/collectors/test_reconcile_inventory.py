@@ -39,8 +39,9 @@ def a_bucket_of_every_kind(conn, s3, bucket: str) -> None:
 
 
 def logged(conn, run) -> set[tuple[str, str]]:
+    """The keys a run logged for deletion, or a dry run's plan (its report): as `blobgc.deleted_object` shows them."""
     return {(r[0], r[1]) for r in conn.execute(
-        "SELECT source, unnest(keys) FROM blobgc.deletion_log WHERE run_id = %s", (run.run_id,))}
+        "SELECT source, key FROM blobgc.deleted_object WHERE run_id = %s", (run.run_id,))}
 
 
 def findings(conn, run) -> set[tuple[str, str]]:

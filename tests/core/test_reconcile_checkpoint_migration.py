@@ -30,7 +30,7 @@ def test_the_checkpoints_inventory_phase_is_kept_under_its_own_name_and_the_rest
             "('r1', 'inventory:blobgc:2/2', 'pastes/cd', 'lacking', '{}'),"
             "('r1', 'pastes/a', 'pastes/a9', NULL, '{}'),"
             "('r0', 'images/3f/', 'images/3f/3f01/orig.jpg', '3f01', '{images/3f/3f01/big.jpg}')")  # an old listing
-        assert apply_migrations(conn) == [MIGRATION]
+        assert apply_migrations(conn)[0] == MIGRATION  # and the later ones
         assert "inventory_phase" in columns(conn)
         assert not {"pending_ref", "pending_keys"} & set(columns(conn))
         assert dict(conn.execute("SELECT shard, inventory_phase FROM blobgc.reconcile_checkpoint").fetchall()) == {
