@@ -130,6 +130,11 @@ def plan_of(conn: psycopg.Connection, run: RunRef) -> str:
     return plan_run_id
 
 
+def plans_itself(conn: psycopg.Connection, run: RunRef) -> bool:
+    """Whether `run` makes its own plan (False: it executes a dry run's, Param from_plan)."""
+    return plan_of(conn, run) == run.run_id
+
+
 def plan_max_age(params: dict[str, Any]) -> float:
     """A run's Param plan_max_age_hours (its default when the run has none)."""
     return float(params.get("plan_max_age_hours", PLAN_MAX_AGE_HOURS))

@@ -32,7 +32,7 @@ from blobgc.core.plans import (
     fix_plan,
     owe_planned_objects,
     plan_max_age,
-    plan_of,
+    plans_itself,
 )
 from blobgc.core.results import TaskResult
 from blobgc.engine.deletion import PLAN, PREPARE, SHARDS, Deletion, Work
@@ -50,16 +50,11 @@ def fix_run_plan(work: Work) -> bool:
     return plan == work.run.run_id
 
 
-def plans_itself(work: Work) -> bool:
-    """Whether the run makes its own plan (False: it executes a dry run's, Param from_plan)."""
-    return plan_of(work.conn, work.run) == work.run.run_id
-
-
 def start(work: Work, deletion: Deletion, step: str) -> bool:
     """Run by every step before planning: the first (`deletion.first`) checks the settings and fixes the plan; the
     others read it. True when the run plans itself."""
     if deletion.first != step:
-        return plans_itself(work)
+        return plans_itself(work.conn, work.run)
     deletion.check(work)
     return fix_run_plan(work)
 

@@ -59,6 +59,7 @@ from blobgc.core.plans import (
     pending_items,
     plan_of,
     plan_parts,
+    plans_itself,
     record_outcome,
     restart_planning,
 )
@@ -104,11 +105,6 @@ def contents_part(content_range: ContentRange) -> str:
     """The name of the plan's part (and dry-run report's) for one range of `content_hash`."""
     start, end = content_range
     return f"{CONTENTS_PART} {start or 'start'}..{end or 'end'}"
-
-
-def plans_itself(conn: psycopg.Connection, run: RunRef) -> bool:
-    """Whether `run` makes its own plan (False: it executes a dry run's, Param from_plan)."""
-    return plan_of(conn, run) == run.run_id
 
 
 def settled_plan(conn: psycopg.Connection, run: RunRef) -> str | None:
