@@ -89,7 +89,7 @@ def reconcile_everything(dsn: str, bucket: str, run_id: str) -> dict:
     shards = discover_shards(s3, bucket, conn=conn)
     cutoff = datetime.now(timezone.utc) - timedelta(hours=24)  # min_age_hours 24; the objects are 2 days old
     started = time.perf_counter()
-    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff) for shard in shards]
+    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, confirmations=1, cutoff=cutoff) for shard in shards]
     seconds = time.perf_counter() - started
     conn.close()
     keys = sum(r.keys_checked for r in results)

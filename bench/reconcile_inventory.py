@@ -210,7 +210,8 @@ def listing_baseline(n: int) -> dict:
         cutoff = run.reference_time - MIN_AGE
         started = time.perf_counter()
         shards = discover_shards(s3, bucket, conn=conn)
-        results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff) for shard in shards]
+        results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, confirmations=1, cutoff=cutoff)
+                   for shard in shards]
         seconds = time.perf_counter() - started
         conn.close()
     finally:
@@ -365,8 +366,8 @@ def inventory_child(dsn: str, bucket: str, destinations: str, workdir: str, run_
         s3.meta.events.register("before-call.s3", count_call)
         s3.meta.events.register("after-call.s3.ListObjectsV2", count_listed)
         seconds, result = timed(lambda: inventory.reconcile_from_inventory(
-            conn, s3, s3, run, scope, report.location, cutoff=cutoff, max_age_hours=48, workdir=Path(workdir),
-            memory_limit=MEMORY_LIMIT))
+            conn, s3, s3, run, scope, report.location, confirmations=1, cutoff=cutoff, max_age_hours=48,
+            workdir=Path(workdir), memory_limit=MEMORY_LIMIT))
     conn.close()
     breakdown = {
         "locate": locate_s, "manifest": phases["manifest"], "download": phases["download"], "load": phases["load"],
@@ -503,7 +504,7 @@ def range_worker(dsn: str, bucket: str, run: RunRef, cutoff: datetime, shards: l
     s3.list_objects_v2(Bucket=bucket, MaxKeys=1)  # the connection pool warm, as a worker's would be
     barrier.wait()
     started = time.time()
-    done = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff) for shard in shards]
+    done = [reconcile_shard(conn, s3, run, shard, bucket=bucket, confirmations=1, cutoff=cutoff) for shard in shards]
     results.put({"started": started, "ended": time.time(), "keys": sum(r.keys_checked for r in done),
                  "orphans": sum(r.orphans for r in done), "missing": sum(r.missing_objects for r in done)})
     conn.close()

@@ -29,10 +29,28 @@ Aging (docs/reference.md §1): `POST /_blobgc/backdate?bucket=B&key=K&seconds=N`
 that object's `LastModified` N seconds into the past; listings and HEAD then report the new time.
 404 when there is no such object (or its current version is a delete marker). A run's cut-offs never
 pass the present, so tests and the demo make objects old this way, as they backdate rows in SQL.
+
+Large objects: moto reads a whole value into memory to copy it (CopyObject, UploadPartCopy) and joins every part
+in memory to complete a multipart upload. Here those three calls stream from file to file (8 MiB at a time, a
+sparse file's holes neither read nor written), so a multipart copy of a 6 GB object holds no more than a few
+chunks; HEAD never reads a value. CopySourceIfMatch (`x-amz-copy-source-if-match`), which moto ignores, is honoured
+on CopyObject and UploadPartCopy as S3 does: 412 PreconditionFailed when the source's ETag is another.
+`POST /_blobgc/sparse-put?bucket=B&key=K&size=N` stores an object of N zero bytes backed by a sparse file (no byte
+written, none in memory) and answers with its ETag: the MD5 of N zeros up to 5 GiB (what one PUT would give),
+above it the ETag of the AWS CLI's upload in 8 MiB parts ("-N" suffix: S3 stores nothing larger from one PUT). A
+fixture of the local stack only, for the tests of copies of objects over 5 GiB.
 """
 from __future__ import annotations
 
+import binascii
 import bisect
+import codecs
+import errno
+import functools
+import hashlib
+import os
+import tempfile
+import threading
 from datetime import timedelta
 import re
 import sys
@@ -40,12 +58,17 @@ import sys
 import moto.server
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
-from moto.s3.models import FakeDeleteMarker, FakeTableStorageBucket, S3Backend, s3_backends
-from moto.s3.utils import _VersionedKeyStore
+from moto.core.compat import HAS_CRT
+from moto.s3.exceptions import EntityTooSmall, InvalidPart, MalformedXML, PreconditionFailed
+from moto.s3.models import (FakeDeleteMarker, FakeKey, FakeMultipart, FakeTableStorageBucket, S3Backend,
+                            s3_backends)
+from moto.s3.utils import _VersionedKeyStore, compute_checksum
+from moto.settings import S3_UPLOAD_PART_MIN_SIZE, get_s3_default_key_buffer_size
 from moto.s3.responses import S3Response
 from werkzeug.wrappers import Request, Response
 
 BULK_PUT_PATH = "/_blobgc/bulk-put"
+SPARSE_PUT_PATH = "/_blobgc/sparse-put"
 OUTAGE_PATH = "/_blobgc/outage"
 BACKDATE_PATH = "/_blobgc/backdate"
 OUTAGE_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable</Code>"
@@ -125,6 +148,301 @@ def delete_keys_honouring_quiet(self: S3Response, bucket_name: str, authenticate
 S3Response._bucket_response_delete_keys = delete_keys_honouring_quiet
 
 
+# Large objects, streamed. moto keeps each object's bytes in a SpooledTemporaryFile (a file on disk past 5 MiB), but
+# reads whole values into memory to copy them: CopyObject, UploadPartCopy (the whole source, then a slice) and
+# CompleteMultipartUpload (every part, joined, then written again). A multipart copy of a 6 GB object would hold
+# 12 GB. Below, those three calls stream from file to file, CHUNK bytes at a time, computing the ETags (and the
+# checksum a multipart upload declared) on the way, and they keep a sparse source sparse: the ranges a file never
+# had written (SEEK_HOLE) are neither read nor written, and count as zeros. HEAD reads no value (the ETag is kept).
+CHUNK = 8 * 1024 * 1024
+ZEROS = bytes(CHUNK)
+SINGLE_PUT_LIMIT = 5 * 1024**3  # S3's largest single PUT: larger objects only exist as multipart uploads
+CLI_PART = 8 * 1024 * 1024  # the AWS CLI's default multipart chunk
+
+
+class StreamedValue:
+    """A value already written to a key's file buffer, with its size and ETag: FakeKey adopts the buffer."""
+
+    def __init__(self, buffer: tempfile.SpooledTemporaryFile, size: int, etag: str | None) -> None:
+        self.buffer, self.size, self.etag = buffer, size, etag
+
+
+moto_value = FakeKey.value
+
+
+def set_value(self: FakeKey, new_value) -> None:
+    """moto's FakeKey.value setter, which also adopts a StreamedValue's buffer instead of copying bytes."""
+    if not isinstance(new_value, StreamedValue):
+        return moto_value.fset(self, new_value)
+    empty, self._value_buffer = self._value_buffer, new_value.buffer
+    self.contentsize = new_value.size
+    if self._etag is None:
+        self._etag = new_value.etag
+    if empty is not new_value.buffer:
+        empty.close()
+
+
+FakeKey.value = property(moto_value.fget, set_value)
+
+
+def pieces(key: FakeKey, start: int, length: int):
+    """(offset from start, bytes or None for a hole, size) covering key's value[start:start + length], CHUNK bytes
+    at most each; a file's holes are not read. The file is read through a descriptor of its own (pread)."""
+    buffer = key._value_buffer
+    with key.lock:
+        buffer.flush()
+    if not buffer._rolled:  # a small value, in memory
+        data = buffer._file.getvalue()[start : start + length]
+        for at in range(0, len(data), CHUNK):
+            yield at, data[at : at + CHUNK], len(data[at : at + CHUNK])
+        return
+    fd = os.open(f"/proc/self/fd/{buffer._file.fileno()}", os.O_RDONLY)
+    try:
+        position, end = start, start + length
+        while position < end:
+            try:
+                data_at = min(os.lseek(fd, position, os.SEEK_DATA), end)
+            except OSError as error:
+                if error.errno != errno.ENXIO:  # ENXIO: no data after position, only a hole to the end
+                    raise
+                data_at = end
+            if data_at > position:
+                yield position - start, None, data_at - position
+            if data_at >= end:
+                break
+            hole_at = min(os.lseek(fd, data_at, os.SEEK_HOLE), end)
+            while data_at < hole_at:
+                chunk = os.pread(fd, min(CHUNK, hole_at - data_at), data_at)
+                if not chunk:
+                    raise OSError(f"short read of {key.name} at {data_at}")
+                yield data_at - start, chunk, len(chunk)
+                data_at += len(chunk)
+            position = hole_at
+    finally:
+        os.close(fd)
+
+
+def zero_runs(size: int):
+    """`size` zero bytes, CHUNK at most at a time (shared memory, never allocated)."""
+    view = memoryview(ZEROS)
+    while size > 0:
+        yield view[: min(CHUNK, size)]
+        size -= CHUNK
+
+
+@functools.lru_cache(maxsize=64)
+def zero_md5(size: int) -> bytes:
+    """The MD5 digest of `size` zero bytes (a whole part of a sparse file's hole: computed once per size)."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for run in zero_runs(size):
+        digest.update(run)
+    return digest.digest()
+
+
+def zero_etag(size: int) -> str:
+    """The ETag S3 gives `size` zero bytes: their MD5 when one PUT can store them (up to 5 GiB); above, as the AWS CLI
+    uploads them, in 8 MiB parts: md5 of the parts' binary MD5s, then "-" and the number of parts."""
+    if size <= SINGLE_PUT_LIMIT:
+        return zero_md5(size).hex()
+    whole, rest = divmod(size, CLI_PART)
+    digests = zero_md5(CLI_PART) * whole + (zero_md5(rest) if rest else b"")
+    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{whole + (1 if rest else 0)}"
+
+
+class Writer:
+    """A new key's file buffer of `size` bytes, written piece by piece; holes stay holes (the file is truncated to
+    its size first, as a sparse file)."""
+
+    def __init__(self, size: int) -> None:
+        self.buffer = tempfile.SpooledTemporaryFile(get_s3_default_key_buffer_size())
+        self.size = size
+        self.fd: int | None = None
+        if size > self.buffer._max_size:
+            self.buffer.rollover()
+            self.fd = self.buffer._file.fileno()
+            os.ftruncate(self.fd, size)
+
+    def put(self, at: int, data: bytes | None, size: int) -> None:
+        if self.fd is not None:
+            if data is not None:
+                written = 0
+                while written < size:
+                    written += os.pwrite(self.fd, memoryview(data)[written:], at + written)
+            return
+        self.buffer.seek(at)
+        self.buffer.write(data if data is not None else ZEROS[:size])
+
+
+class StreamingChecksum:
+    """A checksum of a value fed in pieces, per algorithm as moto computes it (CRC32C and CRC64NVME fall back to
+    CRC32 without their optional libraries, as moto's compute_checksum does)."""
+
+    def __init__(self, algorithm: str) -> None:
+        self.algorithm = algorithm
+        self.hash = None
+        self.crc = 0
+        if algorithm in ("SHA1", "SHA256"):
+            self.hash = hashlib.new(algorithm.lower(), usedforsecurity=False)
+        self.width = 8 if algorithm == "CRC64NVME" and HAS_CRT else 4
+
+    def update(self, data) -> None:
+        if self.hash is not None:
+            self.hash.update(data)
+        elif self.algorithm == "CRC64NVME" and HAS_CRT:
+            from awscrt import checksums
+
+            self.crc = checksums.crc64nvme(bytes(data), self.crc)
+        elif self.algorithm == "CRC32C":
+            try:
+                import crc32c
+
+                self.crc = crc32c.crc32c(data, self.crc)
+            except ImportError:
+                self.crc = binascii.crc32(data, self.crc)
+        else:
+            self.crc = binascii.crc32(data, self.crc)
+
+    def digest(self) -> bytes:
+        return self.hash.digest() if self.hash is not None else self.crc.to_bytes(self.width, "big")
+
+
+def copy_value(key: FakeKey, start: int, length: int) -> StreamedValue:
+    """key's value[start:start + length] into a new file buffer, with its MD5, streaming (holes stay holes)."""
+    writer = Writer(length)
+    digest = hashlib.md5(usedforsecurity=False)
+    whole_hole = None
+    for at, data, size in pieces(key, start, length):
+        writer.put(at, data, size)
+        if data is None and at == 0 and size == length:
+            whole_hole = zero_md5(length)  # a part wholly in a hole: its MD5 is computed once per size
+        elif data is None:
+            for run in zero_runs(size):
+                digest.update(run)
+        else:
+            digest.update(data)
+    if length == 0:
+        whole_hole = digest.digest()
+    return StreamedValue(writer.buffer, length, (whole_hole or digest.digest()).hex())
+
+
+def complete_streaming(self: FakeMultipart, body):
+    """moto's FakeMultipart.complete, joining the parts into the new key's file buffer by streaming; the checksum
+    is computed (on the way) only when the upload declared an algorithm, the only case where S3 reports one."""
+    algorithm = self.metadata.get("x-amz-checksum-algorithm")
+    composite = (self.metadata.get("x-amz-checksum-type") or "").upper() == "COMPOSITE" or (
+        algorithm and algorithm != "CRC64NVME" and not self.metadata.get("x-amz-checksum-type"))
+    decode_hex = codecs.getdecoder("hex_codec")
+    parts, md5s, last = [], bytearray(), None
+    for number, etag in body:
+        part = self.parts.get(number)
+        if part is None or part.etag.replace('"', "") != etag.replace('"', ""):
+            raise InvalidPart()
+        if last is not None and last.contentsize < S3_UPLOAD_PART_MIN_SIZE:
+            raise EntityTooSmall()
+        md5s.extend(decode_hex(part.etag.replace('"', ""))[0])
+        parts.append(part)
+        last = part
+    if not parts:
+        raise MalformedXML
+    writer = Writer(sum(part.size for part in parts))
+    whole = StreamingChecksum(algorithm) if algorithm and not composite else None
+    part_digests = bytearray()
+    position = 0
+    for part in parts:
+        each = StreamingChecksum(algorithm) if algorithm and composite else None
+        for at, data, size in pieces(part, 0, part.size):
+            writer.put(position + at, data, size)
+            for summer in (s for s in (whole, each) if s is not None):
+                for run in ([data] if data is not None else zero_runs(size)):
+                    summer.update(run)
+        if each is not None:
+            part_digests.extend(each.digest())
+        position += part.size
+    checksum = None
+    if whole is not None:
+        checksum = ("FULL_OBJECT", binascii.b2a_base64(whole.digest(), newline=False).decode(), 1)
+    elif algorithm:
+        checksum = ("COMPOSITE", compute_checksum(bytes(part_digests), algorithm).decode(), len(parts))
+    etag = f"{hashlib.md5(bytes(md5s), usedforsecurity=False).hexdigest()}-{len(parts)}"
+    return StreamedValue(writer.buffer, writer.size, None), etag, checksum
+
+
+FakeMultipart.complete = complete_streaming
+
+# x-amz-copy-source-if-match (boto3's CopySourceIfMatch), which moto 5.2.5 ignores: S3 copies only when the source's
+# ETag is the one named, and answers 412 PreconditionFailed otherwise. Checked on the very key that is then copied.
+copy_condition = threading.local()
+
+
+def check_copy_source(key: FakeKey) -> None:
+    wanted = getattr(copy_condition, "etag", None)
+    if wanted and key.etag.replace('"', "") != wanted.replace('"', ""):
+        raise PreconditionFailed("x-amz-copy-source-If-Match")
+
+
+def with_copy_condition(handler):
+    def conditional(self: S3Response):
+        copy_condition.etag = self.headers.get("x-amz-copy-source-if-match")
+        try:
+            return handler(self)
+        finally:
+            copy_condition.etag = None
+
+    return conditional
+
+
+S3Response.copy_object = with_copy_condition(S3Response.copy_object)
+S3Response.upload_part_copy = with_copy_condition(S3Response.upload_part_copy)
+
+
+def upload_part_copy_streaming(self: S3Backend, dest_bucket_name, multipart_id, part_id, src_bucket_name,
+                               src_key_name, src_version_id, start_byte, end_byte) -> FakeKey:
+    """moto's UploadPartCopy, streaming the source's range into the part."""
+    multipart = self.get_bucket(dest_bucket_name).multiparts[multipart_id]
+    source = self.get_object(src_bucket_name, src_key_name, version_id=src_version_id)
+    check_copy_source(source)
+    start = 0 if start_byte is None else start_byte
+    end = source.size if start_byte is None else min(end_byte + 1, source.size)
+    return multipart.set_part(part_id, copy_value(source, start, max(0, end - start)))
+
+
+S3Backend.upload_part_copy = upload_part_copy_streaming
+
+
+class StreamedSource:
+    """A key to copy, whose `value` is a streamed copy of its buffer (moto's copy_object reads `value` once)."""
+
+    def __init__(self, key: FakeKey) -> None:
+        self._key = key
+
+    def __getattr__(self, name: str):
+        return getattr(self._key, name)
+
+    @property
+    def value(self) -> StreamedValue:
+        return copy_value(self._key, 0, self._key.size)
+
+
+moto_copy_object = S3Backend.copy_object
+
+
+def copy_object_streaming(self: S3Backend, src_key: FakeKey, *args, **kwargs):
+    """moto's CopyObject, streaming the value from file to file."""
+    check_copy_source(src_key)
+    return moto_copy_object(self, StreamedSource(src_key), *args, **kwargs)
+
+
+S3Backend.copy_object = copy_object_streaming
+
+
+def sparse_put(backend: S3Backend, bucket: str, key: str, size: int) -> FakeKey:
+    """Store a `size`-byte object of zeros backed by a sparse file: no byte is written, none held in memory."""
+    writer = Writer(size)
+    if writer.fd is None:
+        writer.put(0, None, size)
+    return backend.put_object(bucket, key, StreamedValue(writer.buffer, size, zero_etag(size)))
+
+
 class WithBulkPut(DomainDispatcherApplication):
     """moto's WSGI application, plus the benchmark fixture loader at BULK_PUT_PATH and the outage drill."""
 
@@ -136,6 +454,8 @@ class WithBulkPut(DomainDispatcherApplication):
             return self.outage(Request(environ))(environ, start_response)
         if path == BACKDATE_PATH:
             return self.backdate(Request(environ))(environ, start_response)
+        if path == SPARSE_PUT_PATH:
+            return self.sparse_put(Request(environ))(environ, start_response)
         if self.buckets_down and path.split("/", 2)[1] in self.buckets_down:
             return Response(OUTAGE_BODY, 503, content_type="application/xml")(environ, start_response)
         if path != BULK_PUT_PATH:
@@ -177,6 +497,23 @@ class WithBulkPut(DomainDispatcherApplication):
             return Response(f"no object {bucket}/{key}", 404)
         obj.last_modified = obj.last_modified - timedelta(seconds=seconds)
         return Response(obj.last_modified_ISO8601, 200)
+
+    def sparse_put(self, request: Request) -> Response:
+        """Store an object of `size` zero bytes backed by a sparse file (local stack only: a fixture)."""
+        if request.method != "POST":
+            return Response("POST only", 405)
+        bucket, key = request.args.get("bucket", ""), request.args.get("key", "")
+        try:
+            size = int(request.args.get("size", ""))
+        except ValueError:
+            return Response("size must be an integer", 400)
+        if not bucket or not key or size < 0:
+            return Response("bucket, key and size >= 0 are required", 400)
+        try:
+            obj = sparse_put(s3_backends[DEFAULT_ACCOUNT_ID]["aws"], bucket, key, size)
+        except Exception as error:  # noqa: BLE001 - report any fixture error (no such bucket) to the caller
+            return Response(f"sparse put failed: {error!r}", 400)
+        return Response(obj.etag, 200)
 
     def outage(self, request: Request) -> Response:
         bucket = request.args.get("bucket", "")

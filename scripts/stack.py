@@ -332,8 +332,12 @@ def up_s3(env: dict[str, str]) -> None:
     for bucket in BUCKETS:
         if bucket not in have:
             s3.create_bucket(Bucket=bucket)
-        # versioned, as docker-compose's MinIO buckets are: blobgc_restore can undo a run's deletions
+        # versioned, as docker-compose's MinIO buckets are: blobgc_restore can undo a run's deletions; and, as there,
+        # a lifecycle rule frees noncurrent versions after a week (the undo window), so what blobgc deletes is freed
         s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+            {"ID": "expire-noncurrent", "Status": "Enabled", "Filter": {"Prefix": ""},
+             "NoncurrentVersionExpiration": {"NoncurrentDays": 7}, "Expiration": {"ExpiredObjectDeleteMarker": True}}]})
 
 
 # ---------------------------------------------------------------- Airflow

@@ -383,6 +383,9 @@ DEMO_RUNS: list[tuple[str, dict | Callable[[], dict]]] = [
     ("blobgc_media_thumbnails", {}),
     ("blobgc_media_staging", {"dry_run": True}),
     ("blobgc_media_staging", from_plan("blobgc_media_staging")),
+    # an orphan is deleted only once it was found orphaned on `confirmations` (2) real runs in a row: the first real
+    # run sees it and waits; the dry run then finds it confirmed, and its plan is executed
+    ("blobgc_reconcile", {}),
     ("blobgc_reconcile", {"dry_run": True}),
     ("blobgc_reconcile", from_plan("blobgc_reconcile")),
 ]
@@ -411,34 +414,43 @@ def run_dag(dag_id: str, conf: dict) -> bool:
 def print_summary(conn: psycopg.Connection, since: datetime) -> None:
     """This demo's runs as a table, one line per run, with the real runs' total and what is still owed."""
     rows = conn.execute(statements.load("demo/select_runs_since"), {"since": since}).fetchall()
-    header = f"| {'DAG':<26} | {'mode':<7} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
+    header = f"| {'DAG':<26} | {'mode':<7} | {'rows':>7} | {'objects':>8} | {'bytes':>10} | {'reclaimed':>10} |"
     rule = "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"
     print("\nReclaim summary (this demo's runs, from blobgc.run; per day in blobgc.reclaim_daily)")
     print(header)
     print(rule)
-    total = [0, 0, 0]
-    for dag_id, _run_id, dry_run, n_rows, n_objects, n_bytes in rows:
+    total = [0, 0, 0, 0]
+    for dag_id, _run_id, dry_run, n_rows, n_objects, n_bytes, n_reclaimed in rows:
         print(
             f"| {dag_id:<26} | {'dry-run' if dry_run else 'real':<7} | {n_rows:>7,} | {n_objects:>8,} | "
-            f"{human_bytes(n_bytes):>10} |"
+            f"{human_bytes(n_bytes):>10} | {'—' if dry_run else human_bytes(n_reclaimed):>10} |"
         )
         if not dry_run:
-            total = [total[0] + n_rows, total[1] + n_objects, total[2] + n_bytes]
+            total = [total[0] + n_rows, total[1] + n_objects, total[2] + n_bytes, total[3] + n_reclaimed]
     print(rule)
-    print(f"| {'all real runs':<26} | {'real':<7} | {total[0]:>7,} | {total[1]:>8,} | {human_bytes(total[2]):>10} |")
+    print(
+        f"| {'all real runs':<26} | {'real':<7} | {total[0]:>7,} | {total[1]:>8,} | {human_bytes(total[2]):>10} | "
+        f"{human_bytes(total[3]):>10} |"
+    )
     print(
         "A dry run's objects are every key of its plan, present or not, and its bytes the plan's sizes (unknown "
-        "sizes not counted); a real run's are the objects its drain deleted, at " + COUNTED_SIZE_SOURCE + "."
+        "sizes not counted); a real run's are the objects its drain deleted, at " + COUNTED_SIZE_SOURCE + ". "
+        "Bytes are deleted bytes; reclaimed counts only those gone from storage: the demo's buckets are versioned, "
+        "so what it deletes stays stored as noncurrent versions until their lifecycle rule frees them (7 days; "
+        "each receipt says when)."
     )
     print_plan_figures(conn, [(dag_id, run_id) for dag_id, run_id, *_ in rows])
     print("\nPer collection (real runs; blobgc.reclaim_daily_by_collection)")
-    header = f"| {'collection':<26} | {'rows':>7} | {'objects':>8} | {'bytes':>10} |"
+    header = f"| {'collection':<26} | {'rows':>7} | {'objects':>8} | {'bytes':>10} | {'reclaimed':>10} |"
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
-    for collection, n_rows, n_objects, n_bytes in conn.execute(
+    for collection, n_rows, n_objects, n_bytes, n_reclaimed in conn.execute(
         statements.load("demo/select_collections_since"), {"since": since}
     ):
-        print(f"| {collection:<26} | {n_rows:>7,} | {n_objects:>8,} | {human_bytes(n_bytes):>10} |")
+        print(
+            f"| {collection:<26} | {n_rows:>7,} | {n_objects:>8,} | {human_bytes(n_bytes):>10} | "
+            f"{human_bytes(n_reclaimed):>10} |"
+        )
     owed = conn.execute(
         "SELECT count(*), coalesce(sum(cardinality(coalesce(o.keys, l.keys))), 0) "
         "FROM blobgc.outbox o JOIN blobgc.deletion_log l ON l.id = o.log_id"

@@ -97,13 +97,14 @@ UNKNOWN = {"studio/no-extension", "u/no-underscore"}  # under a prefix, of no te
 def reconcile_by(source: str, conn, s3, bucket, reports, run, bound) -> None:
     if source == "listing":
         for shard in collection_shards([bound]):
-            reconcile_shard(conn, s3, run, shard, bucket="blobgc", cutoff=floor_cutoff(), collection=bound)
+            reconcile_shard(conn, s3, run, shard, bucket="blobgc", confirmations=1, cutoff=floor_cutoff(),
+                            collection=bound)
     else:
         report_of_bucket(s3, bucket, Destination(reports, "inv/"), file_format="parquet", rows_per_file=4)
         report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, None, 48)
         scope = scope_of(conn, "blobgc", [bound], bucket, seeds=False, prefixes=None)
-        reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(), max_age_hours=48,
-                                 part_rows=3)
+        reconcile_from_inventory(conn, s3, s3, run, scope, report.location, confirmations=1, cutoff=floor_cutoff(),
+                                 max_age_hours=48, part_rows=3)
     execute_plan(conn, run)
 
 

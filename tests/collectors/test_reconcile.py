@@ -77,8 +77,8 @@ def test_an_object_uploaded_after_the_listing_started_is_never_deleted(conn, s3,
 
     listing.meta.events.register("after-call.s3.ListObjectsV2", upload_during_listing)
     run = new_run(conn)
-    reconcile_shard(conn, listing, run, Shard("pastes/f", "app.content"), bucket=bucket, cutoff=floor_cutoff(1),
-                    page_size=2)
+    reconcile_shard(conn, listing, run, Shard("pastes/f", "app.content"), bucket=bucket, confirmations=1,
+                    cutoff=floor_cutoff(1), page_size=2)
     execute_plan(conn, run)
     assert f"pastes/{late}" not in owed(conn)  # newer than the listing: never an orphan
     assert owed(conn) == {f"pastes/{h}" for h in old}
@@ -97,7 +97,7 @@ def test_an_object_whose_row_is_inserted_between_listing_and_checking_is_kept(co
     listing.meta.events.register("after-call.s3.ListObjectsV2", insert_row_after_the_listing)
     run = new_run(conn)
     result = reconcile_shard(conn, listing, run, Shard(f"pastes/{digest[0]}", "app.content"), bucket=bucket,
-                             cutoff=floor_cutoff())
+                             confirmations=1, cutoff=floor_cutoff())
     assert result.orphans == 0 and owed(conn) == set()
 
 
@@ -156,7 +156,7 @@ def test_missing_objects_are_found_across_page_boundaries(conn, s3, bucket):
     age(s3, bucket)
     run = new_run(conn)
     reconcile_shard(conn, s3, run, Shard("pastes/b", "app.content"), bucket=bucket,
-                    cutoff=floor_cutoff(), page_size=1)
+                    confirmations=1, cutoff=floor_cutoff(), page_size=1)
     assert findings(conn, "missing_object") == {f"pastes/{h}" for h in shard_hashes if h not in present}
 
 
@@ -177,7 +177,7 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
     run = new_run(conn)
     cutoff = floor_cutoff()
     with pytest.raises(EndpointConnectionError):
-        reconcile_shard(conn, failing, run, shard, bucket=bucket, cutoff=cutoff, page_size=2)
+        reconcile_shard(conn, failing, run, shard, bucket=bucket, confirmations=1, cutoff=cutoff, page_size=2)
     assert planned(conn, run) == set(orphans[:2])  # the first page only
     assert owed(conn) == set()  # nothing is owed before the whole plan passed the gate
     checkpoint = conn.execute("SELECT start_after, pages, done FROM blobgc.reconcile_checkpoint").fetchone()
@@ -187,7 +187,7 @@ def test_a_failing_listing_page_deletes_nothing_past_the_last_checked_page_and_a
     starts: list[str | None] = []
     resumed.meta.events.register("before-parameter-build.s3.ListObjectsV2",
                                  lambda params, **_: starts.append(params.get("StartAfter")))
-    result = reconcile_shard(conn, resumed, run, shard, bucket=bucket, cutoff=cutoff, page_size=2)
+    result = reconcile_shard(conn, resumed, run, shard, bucket=bucket, confirmations=1, cutoff=cutoff, page_size=2)
     assert starts[0] == orphans[1]  # resumed after the checkpoint, not from the start
     assert result.resumed_after == orphans[1]
     execute_plan(conn, run)

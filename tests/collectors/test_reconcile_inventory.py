@@ -51,7 +51,7 @@ def findings(conn, run) -> set[tuple[str, str]]:
 
 def listing_run(conn, s3, bucket, run, **kwargs):
     """Every shard listed and planned, then the plan owed (as a run the gate let through)."""
-    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=floor_cutoff(), **kwargs)
+    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, confirmations=1, cutoff=floor_cutoff(), **kwargs)
                for shard in discover_shards(s3, bucket, conn=conn)]
     execute_plan(conn, run)
     return results
@@ -61,7 +61,7 @@ def inventory_run(conn, s3, bucket, run, reports, *, max_age_hours=48, prefixes=
     """The bucket reconciled from its report and planned, then the plan owed (as a run the gate let through)."""
     report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, run.reference_time, max_age_hours)
     scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=prefixes)
-    result = reconcile_from_inventory(conn, s3, s3, run, scope, report.location, cutoff=floor_cutoff(),
+    result = reconcile_from_inventory(conn, s3, s3, run, scope, report.location, confirmations=1, cutoff=floor_cutoff(),
                                       max_age_hours=max_age_hours, **kwargs)
     execute_plan(conn, run)
     return result
@@ -235,8 +235,8 @@ def test_a_manifest_of_another_bucket_is_refused_and_nothing_is_deleted(conn, s3
         inventory_run(conn, s3, bucket, run, reports)
     scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None)
     with pytest.raises(InventoryError, match=refusal):  # the reconcile task re-checks the location it is handed
-        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", cutoff=floor_cutoff(),
-                                 max_age_hours=48)
+        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", confirmations=1,
+                                 cutoff=floor_cutoff(), max_age_hours=48)
     assert owed(conn) == set() and logged(conn, run) == set() and planned(conn, run) == set()
     assert delete_owed_objects(conn, s3, run).objects_deleted == 0
     assert object_keys(s3, bucket) == {f"pastes/{sha('dead')}", "blobs/orphan/raw"}
@@ -251,8 +251,8 @@ def test_a_manifest_without_its_checksum_is_refused_and_nothing_is_deleted(conn,
         inventory_run(conn, s3, bucket, run, reports)
     scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None)
     with pytest.raises(InventoryError, match=refusal):
-        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", cutoff=floor_cutoff(),
-                                 max_age_hours=48)
+        reconcile_from_inventory(conn, s3, s3, run, scope, f"s3://{reports}/{manifest_key}", confirmations=1,
+                                 cutoff=floor_cutoff(), max_age_hours=48)
     assert owed(conn) == set() and logged(conn, run) == set() and planned(conn, run) == set()
     assert delete_owed_objects(conn, s3, run).objects_deleted == 0
     assert object_keys(s3, bucket) == {f"pastes/{sha('dead')}", "blobs/orphan/raw"}
@@ -272,7 +272,7 @@ def test_a_parallel_listing_over_ranges_finds_what_one_listing_finds(conn, s3, b
     ranges = [r for shard in shards for r in split_shard(s3, bucket, shard, 4)]
     assert len(ranges) == 8 and all(r.ranged for r in ranges)
     for part in ranges:
-        reconcile_shard(conn, s3, ranged, part, bucket=bucket, cutoff=floor_cutoff(), page_size=7)
+        reconcile_shard(conn, s3, ranged, part, bucket=bucket, confirmations=1, cutoff=floor_cutoff(), page_size=7)
     assert logged(conn, ranged) == logged(conn, whole)
     assert len(logged(conn, whole)) == len(plain) // 2 + 1  # "a-" is an orphan too
     assert findings(conn, ranged) == findings(conn, whole) == {("missing_object", "blobs/a5gone/raw")}
@@ -292,14 +292,15 @@ def test_a_collection_in_a_bucket_of_its_own_is_reconciled_from_its_report_as_by
     bound = bound_shop(conn, schema, shop_bucket)
     listed, from_inventory = new_run(conn, "listed", dry_run=True), new_run(conn, "inventory", dry_run=True)
     for shard in collection_shards([bound]):
-        reconcile_shard(conn, s3, listed, shard, bucket=bucket, cutoff=floor_cutoff(), collection=bound)
+        reconcile_shard(conn, s3, listed, shard, bucket=bucket, confirmations=1, cutoff=floor_cutoff(),
+                        collection=bound)
     planned = scopes(conn, bucket, [bound], seeds=True, prefixes=None)
     assert [(s.bucket, s.unknown) for s in planned] == [(bucket, True), (shop_bucket, False)]
     assert [s.bucket for s in scopes(conn, bucket, [bound], seeds=True, prefixes=["pastes/"])] == [bucket]
     report_of_bucket(s3, shop_bucket, Destination(reports, "inv/"), file_format="parquet")
     report = locate(s3, {shop_bucket: f"s3://{reports}/inv"}, shop_bucket, None, 48)
-    reconcile_from_inventory(conn, s3, s3, from_inventory, planned[1], report.location, cutoff=floor_cutoff(),
-                             max_age_hours=48)
+    reconcile_from_inventory(conn, s3, s3, from_inventory, planned[1], report.location, confirmations=1,
+                             cutoff=floor_cutoff(), max_age_hours=48)
     source = f"collection:{bound.name}"
     assert logged(conn, from_inventory) == logged(conn, listed) == {
         (source, f"uploads/{sha('no row')}.png"), (source, "upload-thumbs/77.jpg")}

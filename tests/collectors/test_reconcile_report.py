@@ -38,13 +38,14 @@ def test_not_planned_counts_a_collections_objects_by_why_they_were_not_planned(c
     bound = bound_shop(conn, schema, bucket)
     run = ensure_run(conn, new_run(conn))
     for shard in collection_shards([bound]):
-        reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=run.reference_time - timedelta(hours=24),
-                        collection=bound)
+        reconcile_shard(conn, s3, run, shard, bucket=bucket, confirmations=1,
+                        cutoff=run.reference_time - timedelta(hours=24), collection=bound)
     with caplog.at_level(logging.INFO, logger="blobgc.collectors.reconcile"):
         report = not_planned(conn, run)
     eligible = young + timedelta(hours=24)
     assert report == {"shop_uploads": {"considered": 6, "accounted": 2, "too_young": 1,
-                                       "first_eligible_at": eligible.isoformat(), "planned": 2, "unknown": 1}}
+                                       "first_eligible_at": eligible.isoformat(), "planned": 2, "unknown": 1,
+                                       "waiting": 0}}
     assert (f"shop_uploads: 6 objects listed, 2 accounted for by rows, 1 younger than the floor (the first becomes "
             f"eligible {eligible:%Y-%m-%d %H:%M} UTC), 1 of no known layout (reported, never deleted), 2 orphans "
             "planned") in caplog.messages
@@ -63,19 +64,21 @@ def test_not_planned_from_an_inventory_counts_what_a_listing_counts(conn, s3, bu
     report_of_bucket(s3, bucket, Destination(reports, "inv/"))
     listed = ensure_run(conn, new_run(conn, "listed", dry_run=True))
     for shard in discover_shards(s3, bucket, conn=conn):
-        reconcile_shard(conn, s3, listed, shard, bucket=bucket, cutoff=listed.reference_time - timedelta(hours=24))
+        reconcile_shard(conn, s3, listed, shard, bucket=bucket, confirmations=1,
+                        cutoff=listed.reference_time - timedelta(hours=24))
     read = ensure_run(conn, new_run(conn, "read", dry_run=True))
     report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, read.reference_time, 48)
     reconcile_from_inventory(conn, s3, s3, read, scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None),
-                             report.location, cutoff=read.reference_time - timedelta(hours=24), max_age_hours=48)
+                             report.location, confirmations=1, cutoff=read.reference_time - timedelta(hours=24),
+                             max_age_hours=48)
     assert not_planned(conn, listed) == {
         "app_blob": {"considered": 2, "accounted": 1, "too_young": 0, "first_eligible_at": None, "planned": 1,
-                     "unknown": 0},
+                     "unknown": 0, "waiting": 0},
         bucket: {"considered": 4, "accounted": 1, "too_young": 1, "first_eligible_at": eligible, "planned": 1,
-                 "unknown": 1}}
+                 "unknown": 1, "waiting": 0}}
     assert not_planned(conn, read) == {
         bucket: {"considered": 6, "accounted": 2, "too_young": 1, "first_eligible_at": eligible, "planned": 2,
-                 "unknown": 1}}
+                 "unknown": 1, "waiting": 0}}
 
 
 def test_a_listing_run_fails_at_once_naming_a_missing_bucket_and_the_variable_that_points_at_it(conn, s3):
@@ -103,4 +106,4 @@ def test_a_listing_run_fails_at_once_naming_a_missing_bucket_and_the_collection_
     run = ensure_run(conn, new_run(conn))
     with pytest.raises(MissingBucket, match=f"bucket '{missing}' \\(collection 'shop_uploads', collections file "):
         reconcile_shard(conn, s3, run, Shard("uploads/", None, "shop_uploads", missing), bucket=bucket,
-                        cutoff=run.reference_time - timedelta(hours=24), collection=bound)
+                        confirmations=1, cutoff=run.reference_time - timedelta(hours=24), collection=bound)

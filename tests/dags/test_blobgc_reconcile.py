@@ -19,7 +19,8 @@ def test_airflow_reconcile_dag_maps_one_task_per_shard(conn, s3, bucket):
     put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", f"images/3f/3f{'0' * 30}/big.jpg",
         "blobs/abc/raw", "tmp/x")
     age(s3, bucket)
-    result = run_dag(DAG, conf={"min_age_hours": 1}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    result = run_dag(DAG, conf={"min_age_hours": 1, "confirmations": 1},
+                     env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     shards = {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint WHERE done")}
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
@@ -46,6 +47,22 @@ def test_min_age_floor_refuses_less_than_an_hour(conn, s3, bucket):
     assert len(object_keys(s3, bucket)) == 1
 
 
+def test_airflow_reconcile_by_default_deletes_an_orphan_on_its_second_real_run(conn, s3, bucket):
+    """Issue 32: Param `confirmations` defaults to 2. The first run keeps the orphan and reports it waiting for
+    confirmation; the second deletes it."""
+    orphan = f"pastes/{sha('dead')}"
+    put(s3, bucket, orphan)
+    age(s3, bucket)
+    runs = []
+    for _ in range(2):
+        result = run_dag(DAG, conf={"min_age_hours": 1}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+        assert result.returncode == 0, result.output[-3000:]
+        (details,) = conn.execute("SELECT details FROM blobgc.run WHERE dag_id = %s AND run_id = %s",
+                                  (DAG, result.run_id)).fetchone()
+        runs.append((details["reconcile"]["orphans"], details["reconcile"]["waiting"], object_keys(s3, bucket)))
+    assert runs == [(0, 1, {orphan}), (1, 0, set())]
+
+
 
 def inventory_env(bucket: str, reports: str) -> dict[str, str]:
     return {"AIRFLOW_VAR_BLOBGC_BUCKET": bucket,
@@ -57,7 +74,8 @@ def test_airflow_reconcile_from_an_inventory_deletes_its_orphans_in_one_task_per
     put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", "blobs/abc/raw", "tmp/x")
     age(s3, bucket)
     report_of_bucket(s3, bucket, Destination(reports, "inventories/"), file_format="parquet")
-    result = run_dag(DAG, conf={"min_age_hours": 1, "source": "inventory"}, env_extra=inventory_env(bucket, reports))
+    result = run_dag(DAG, conf={"min_age_hours": 1, "source": "inventory", "confirmations": 1},
+                     env_extra=inventory_env(bucket, reports))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     mapped = [t for t in instances if t["task_id"] == "reconcile_shard"]
@@ -84,7 +102,8 @@ def test_airflow_reconcile_lists_ranges_of_a_shard_side_by_side(conn, s3, bucket
     orphans = [f"pastes/0{c}{sha(c)[2:]}" for c in "0123456789abcdef"]  # one shard, pastes/0
     put(s3, bucket, *orphans)
     age(s3, bucket)
-    result = run_dag(DAG, conf={"min_age_hours": 1, "listing_ranges": 2}, env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
+    result = run_dag(DAG, conf={"min_age_hours": 1, "listing_ranges": 2, "confirmations": 1},
+                     env_extra={"AIRFLOW_VAR_BLOBGC_BUCKET": bucket})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     ranges = sorted(t["rendered_map_index"] for t in instances
@@ -114,7 +133,7 @@ def test_collections_param_scope_a_listing_run_of_one_collection_touches_nothing
     put(s3, bucket, f"pastes/{sha('no content row')}", "tmp/unknown.bin")
     age(s3, bucket)
     before = object_keys(s3, bucket)
-    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1}, env_extra=env)
+    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1, "confirmations": 1}, env_extra=env)
     assert result.returncode == 0, result.output[-3000:]
     assert before - object_keys(s3, bucket) == {f"{a}/{sha('no row')}.png"}  # a's orphan went, nothing else
     assert {r[0] for r in conn.execute("SELECT shard FROM blobgc.reconcile_checkpoint")} == {
@@ -135,7 +154,8 @@ def test_collections_param_scope_an_inventory_run_needs_only_its_collections_rep
     report_of_bucket(s3, versioned_bucket, Destination(reports, "inventories/"), file_format="parquet")
     before = object_keys(s3, versioned_bucket)
     env = {**env, **inventory_env(versioned_bucket, reports), "AIRFLOW_VAR_BLOBGC_BUCKET": bucket}
-    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1, "source": "inventory"}, env_extra=env)
+    result = run_dag(DAG, conf={"collections": [a], "min_age_hours": 1, "source": "inventory", "confirmations": 1},
+                     env_extra=env)
     assert result.returncode == 0, result.output[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     assert [t["rendered_map_index"] for t in instances if t["task_id"] == "reconcile_shard"] == [

@@ -107,20 +107,21 @@ class Case:
     conf: dict[str, Any] = field(default_factory=dict)
 
 
+DRAIN_STEPS = (("delete_owed_objects", DRAINS), ("purge_quarantine", DRAINS))
 CASES = {
     "blobgc_sweep": Case(seed_sweep, (("plan_parts", EXECUTES), ("retry_owed_objects", DRAINS),
-                                      ("delete_unused_blobs", EXECUTES_PART), ("delete_owed_objects", DRAINS))),
+                                      ("delete_unused_blobs", EXECUTES_PART), *DRAIN_STEPS)),
     "blobgc_paste_expiry": Case(seed_pastes, (("plan_parts", EXECUTES), ("expire_pastes", EXECUTES_PART),
-                                              ("delete_owed_objects", DRAINS), ("purge_cache_keys", DRAINS)),
+                                              *DRAIN_STEPS, ("purge_cache_keys", DRAINS)),
                                 conf={"expiry_workers": 1}),
-    "blobgc_image_cleanup": Case(seed_images, (("delete_unbound_images", EXECUTES), ("delete_owed_objects", DRAINS))),
+    "blobgc_image_cleanup": Case(seed_images, (("delete_unbound_images", EXECUTES), *DRAIN_STEPS)),
     "blobgc_generations": Case(seed_generation, (("plan_parts", EXECUTES), ("delete_planned_blobs", EXECUTES_PART),
-                                                 ("delete_owed_objects", DRAINS)),
+                                                 *DRAIN_STEPS),
                                conf={"false_positive_rate": 0.000001}),  # no garbage blob kept by the filter
-    "blobgc_reconcile": Case(seed_orphans, (("owe_planned_objects", EXECUTES), ("delete_owed_objects", DRAINS))),
-    "blobgc_media_staging": Case(seed_staging, (("owe_planned_objects", EXECUTES), ("delete_owed_objects", DRAINS))),
-    "blobgc_media_thumbnails": Case(seed_thumbnails, (("owe_planned_objects", EXECUTES),
-                                                      ("delete_owed_objects", DRAINS))),
+    "blobgc_reconcile": Case(seed_orphans, (("owe_planned_objects", EXECUTES), *DRAIN_STEPS),
+                             conf={"confirmations": 1}),  # planned on first sight
+    "blobgc_media_staging": Case(seed_staging, (("owe_planned_objects", EXECUTES), *DRAIN_STEPS)),
+    "blobgc_media_thumbnails": Case(seed_thumbnails, (("owe_planned_objects", EXECUTES), *DRAIN_STEPS)),
 }
 
 

@@ -96,6 +96,6 @@ def test_plan_figures_disagree_no_more_planned_is_deleted_absent_kept_failed_in_
     assert "planned 12 = deleted 8 + absent 2 + kept 2 + failed 0 keys" in summary
     assert "planned 600 B = deleted 500 B + absent 0 B + kept 100 B + failed 0 B (bytes as planned: sizes from " \
            "the table's size column" in summary
-    assert f"reclaimed: 530 B for the 8 deleted keys (sizes: {COUNTED})" in summary
+    assert f"bytes deleted: 530 B for the 8 deleted keys (sizes: {COUNTED}; reclaimed only once gone from storage" in summary
     assert "rows: planned 6 = deleted 5 + skipped 1" in summary
     assert "a real run's are the objects its drain deleted" in summary

@@ -110,7 +110,7 @@ def test_reconcile_executes_a_dry_runs_plan_and_keeps_what_a_row_or_a_rewrite_cl
     for key in orphans:
         s3.put_object(Bucket=bucket, Key=key, Body=b"o" * 50)
         backdate_object(bucket, key, 3 * 86400)
-    dry = run_dag(RECONCILE, conf={"dry_run": True}, env_extra=env(bucket))
+    dry = run_dag(RECONCILE, conf={"dry_run": True, "confirmations": 1}, env_extra=env(bucket))
     assert dry.returncode == 0, dry.output[-3000:]
     planned = {k for (k,) in conn.execute("SELECT unnest(keys) FROM blobgc.plan_item WHERE run_id = %s",
                                           (dry.run_id,))}

@@ -39,7 +39,7 @@ def test_a_collections_only_reconcile_lists_only_the_collections_buckets(databas
         live = add_upload(conn, s3, schema, bucket, 1, b"live")
         put(s3, bucket, f"uploads/{sha('no row')}.png")
         age(s3, bucket)
-        result = run_dag(DAG, conf={"min_age_hours": 1},
+        result = run_dag(DAG, conf={"min_age_hours": 1, "confirmations": 1},
                          env_extra={"BLOBGC_COLLECTIONS": str(write_collections(tmp_path, shop_yaml(schema, bucket))),
                                     "AIRFLOW_VAR_BLOBGC_BUCKET": absent, "BLOBGC_TASK_RETRIES": "0",
                                     "AIRFLOW_CONN_BLOBGC_POSTGRES":
@@ -49,4 +49,5 @@ def test_a_collections_only_reconcile_lists_only_the_collections_buckets(databas
         (details,) = conn.execute("SELECT details FROM blobgc.run WHERE dag_id = %s AND run_id = %s",
                                   (DAG, result.run_id)).fetchone()
     assert details["not_planned"] == {"shop_uploads": {"considered": 3, "accounted": 2, "too_young": 0,
-                                                       "first_eligible_at": None, "planned": 1, "unknown": 0}}
+                                                       "first_eligible_at": None, "planned": 1, "unknown": 0,
+                                                       "waiting": 0}}

@@ -219,7 +219,7 @@ def test_the_readme_role_migrates_marks_sweeps_reconciles_and_restores_the_teams
     assert object_keys(s3, bucket) == {f"uploads/{i}/raw" for i in REFERENCED} | {ORPHAN}
     assert reclaimed == (len(UNREFERENCED), len(UNREFERENCED), sum(10 * i for i in UNREFERENCED))
 
-    ok("airflow", "dags", "test", "blobgc_reconcile", "-c", json.dumps({"min_age_hours": 1}))
+    ok("airflow", "dags", "test", "blobgc_reconcile", "-c", json.dumps({"min_age_hours": 1, "confirmations": 1}))
     assert object_keys(s3, bucket) == {f"uploads/{i}/raw" for i in REFERENCED}
 
     ((swept, _dry),) = [r for r in runs_of(install, "blobgc_sweep") if not r[1]]

@@ -44,7 +44,8 @@ def get(path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
 
 
 def view_rows(conn, since: date) -> list[dict]:
-    cur = conn.execute("SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed "
+    cur = conn.execute("SELECT day, dag_id, dry_run, runs, rows_deleted, objects_deleted, bytes_reclaimed, "
+                       "bytes_deleted, bytes_noncurrent, noncurrent_freed_by "
                        "FROM blobgc.reclaim_daily WHERE day >= %s ORDER BY day, dag_id, dry_run", (since,))
     names = [c.name for c in cur.description]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

@@ -26,6 +26,7 @@ import pytest
 
 from tests.helpers import AIRFLOW_API, airflow_api, airflow_token, dag_lock
 from tests.reclaim.test_app import ARTIFACTS, ROOT
+from blobgc.core.quarantine import QuarantinePolicy
 from tests.support.restore import swept_run
 
 DAG = f"blobgc_receipt_test_{uuid.uuid4().hex[:6]}"  # a DAG id of this module's own for written-in runs
@@ -371,6 +372,75 @@ def test_undo_is_refused_to_a_viewer_and_to_forged_requests(stack, stack_db, swe
                             (run.run_id,)).fetchone()[0] == 0
 
 
+def wait_for_restore(restore_run_id: str) -> None:
+    """Wait for the scheduler to finish a blobgc_restore run; it must succeed."""
+    deadline, state = time.monotonic() + RESTORE_TIMEOUT, None
+    while time.monotonic() < deadline:
+        state = airflow_api(f"/api/v2/dags/blobgc_restore/dagRuns/{quote(restore_run_id, safe='')}")["state"]
+        if state in ("success", "failed"):
+            break
+        time.sleep(2)
+    assert state == "success", f"blobgc_restore run {restore_run_id} ended {state}"
+
+
+@pytest.fixture
+def quarantined_sweep(stack_db, s3, bucket):
+    """A real blobgc_sweep run in the stack's database whose 2 blobs (4 objects) went into 7 days of quarantine in an
+    unversioned bucket."""
+    run_id = f"manual__receipt_q_{uuid.uuid4().hex[:8]}"
+    run, _, garbage = swept_run(stack_db, s3, bucket, run_id, n=3, keep=1, quarantine=QuarantinePolicy({bucket: 7}))
+    yield {"run": run, "bucket": bucket, "garbage": garbage}
+    restores = [r[0] for r in stack_db.execute("SELECT restore_run_id FROM blobgc.undo_request WHERE run_id = %s",
+                                               (run_id,))]
+    stack_db.execute("DELETE FROM blobgc.quarantine WHERE run_id = %s", (run_id,))
+    delete_runs(stack_db, run.dag_id, [run_id])
+    delete_runs(stack_db, "blobgc_restore", restores)
+    with stack_db.transaction():
+        stack_db.execute("DELETE FROM blobgc.restore_item WHERE source_run_id = %s", (run_id,))
+        stack_db.execute("DELETE FROM app.blob_attachment WHERE post_id = %s", (f"post-{run_id}",))
+        stack_db.execute("DELETE FROM app.post WHERE id = %s", (f"post-{run_id}",))
+        stack_db.execute("DELETE FROM app.blob WHERE id LIKE %s", (f"{run_id}-%",))
+
+
+def test_undo_from_the_receipts_rest_call_brings_back_a_quarantined_run_on_an_unversioned_bucket(
+        stack, stack_db, s3, quarantined_sweep, restore_to_this_test):
+    """Issue 32: undo works on an unversioned bucket within the quarantine window: the receipt's REST call triggers
+    blobgc_restore, which copies every object back byte for byte and puts the rows back; a key the application
+    wrote again meanwhile is refused by name and keeps its new bytes."""
+    run, bucket, garbage = quarantined_sweep["run"], quarantined_sweep["bucket"], quarantined_sweep["garbage"]
+    keys = sorted(k for blob_id in garbage for k in (f"blobs/{blob_id}/raw", f"blobs/{blob_id}/thumbnail"))
+    rewritten = keys[0]
+    s3.put_object(Bucket=bucket, Key=rewritten, Body=b"written again")
+    admin = airflow_token()
+    status, _, body = request(f"/blobgc/runs/{quoted(run.dag_id, run.run_id)}", token=admin)
+    page = body.decode()
+    assert status == 200 and 'id="undo-button"' in page
+    assert 'id="quarantine"' in page and "4 objects (220 B) went into quarantine for 7 days" in page
+
+    was_paused = airflow_api("/api/v2/dags/blobgc_restore")["is_paused"]
+    airflow_api("/api/v2/dags/blobgc_restore", method="PATCH", body={"is_paused": False})
+    try:
+        status, _, body = request(f"/blobgc/api/runs/{quoted(run.dag_id, run.run_id)}/undo", method="POST",
+                                  token=admin, headers={"X-Blobgc-Action": "undo"})
+        assert status == 201, body
+        restore_run_id = json.loads(body)["restore_run_id"]
+        wait_for_restore(restore_run_id)
+    finally:
+        airflow_api("/api/v2/dags/blobgc_restore", method="PATCH", body={"is_paused": was_paused})
+
+    for key in keys[1:]:  # byte for byte
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert body == (b"r" * 100 if key.endswith("/raw") else b"t" * 10)
+    assert s3.get_object(Bucket=bucket, Key=rewritten)["Body"].read() == b"written again"
+    items = {item: (outcome, detail) for item, outcome, detail in stack_db.execute(
+        "SELECT item, outcome, detail FROM blobgc.restore_item WHERE restore_run_id = %s AND kind = 'object'",
+        (restore_run_id,))}
+    assert {k: o for k, (o, _) in items.items()} == {k: "not_restored" if k == rewritten else "restored" for k in keys}
+    assert items[rewritten][1].startswith(f"{rewritten} was written again since it was deleted")
+    back = {r[0] for r in stack_db.execute("SELECT id FROM app.blob WHERE id = ANY(%s)", (garbage,))}
+    assert back == set(garbage)
+
+
 def sign_in_if_asked(page, user: str = "admin", password: str = "admin") -> None:
     if "/auth/login" in page.url:
         page.get_by_label("Username").fill(user)
@@ -415,13 +485,7 @@ def test_undo_from_the_receipt_in_chromium_restores_the_runs_objects(stack, stac
         assert triggered["note"] == "Undo from receipt by admin"
 
         airflow_api("/api/v2/dags/blobgc_restore", method="PATCH", body={"is_paused": False})
-        deadline, state = time.monotonic() + RESTORE_TIMEOUT, None
-        while time.monotonic() < deadline:
-            state = airflow_api(f"/api/v2/dags/blobgc_restore/dagRuns/{restore_run_id}")["state"]
-            if state in ("success", "failed"):
-                break
-            time.sleep(2)
-        assert state == "success", f"blobgc_restore run {restore_run_id} ended {state}"
+        wait_for_restore(restore_run_id)
     finally:
         airflow_api("/api/v2/dags/blobgc_restore", method="PATCH", body={"is_paused": was_paused})
 

@@ -17,9 +17,9 @@ def test_report_collects_runs_owed_deletions_and_reconcile_findings(conn):
         # and a run shortly after midnight must not put r0 on yesterday (a CI run just after midnight failed so).
         for run_id, dry, objects, size in (("r1", False, 3, 300), ("d1", True, 5, 500), ("r0", False, 1, 10)):
             conn.execute("INSERT INTO blobgc.run (dag_id, run_id, dry_run, finished_at, objects_deleted, "
-                         "bytes_reclaimed, started_at) VALUES ('blobgc_sweep', %s, %s, now(), %s, %s, "
-                         "greatest(now() - %s::interval, (now() AT TIME ZONE 'UTC')::date AT TIME ZONE 'UTC'))",
-                         (run_id, dry, objects, size, "1 hour" if run_id == "r0" else "0"))
+                         "bytes_reclaimed, bytes_deleted, started_at) VALUES ('blobgc_sweep', %s, %s, now(), %s, %s, "
+                         "%s, greatest(now() - %s::interval, (now() AT TIME ZONE 'UTC')::date AT TIME ZONE 'UTC'))",
+                         (run_id, dry, objects, size, size, "1 hour" if run_id == "r0" else "0"))
         log_id = conn.execute(
             "INSERT INTO blobgc.deletion_log (dag_id, run_id, source, bucket, keys, sizes) VALUES "
             "('blobgc_sweep', 'r1', 'app.blob', 'blobgc', '{a,b,c}', '{1,2,3}') RETURNING id").fetchone()[0]
@@ -34,7 +34,8 @@ def test_report_collects_runs_owed_deletions_and_reconcile_findings(conn):
     assert report["until"] == today.isoformat() and report["since"] == (today - timedelta(days=6)).isoformat()
     real = [r for r in report["daily"] if not r["dry_run"]]
     assert real == [{"day": today.isoformat(), "dag_id": "blobgc_sweep", "dry_run": False, "runs": 2,
-                     "rows_deleted": 0, "objects_deleted": 4, "bytes_reclaimed": 310}]
+                     "rows_deleted": 0, "objects_deleted": 4, "bytes_reclaimed": 310, "bytes_deleted": 310,
+                     "bytes_noncurrent": 0, "noncurrent_freed_by": None}]
     (sweep,) = report["last_runs"]
     assert [r["run_id"] for r in sweep["real"]] == ["r1", "r0"]  # newest first
     assert [r["run_id"] for r in sweep["dry_run"]] == ["d1"]

@@ -61,10 +61,12 @@ def floor_cutoff(hours: float = 24) -> datetime:
     return datetime.now(timezone.utc) - timedelta(hours=hours)
 
 
-def reconcile_all(conn, s3, bucket, run, *, cutoff=None, page_size=1000):
-    """Every shard of the bucket planned, then the plan owed (as a run the gate let through)."""
+def reconcile_all(conn, s3, bucket, run, *, cutoff=None, page_size=1000, confirmations=1):
+    """Every shard of the bucket planned, then the plan owed (as a run the gate let through); `confirmations` 1 (an
+    orphan planned on first sight) unless given."""
     cutoff = cutoff or floor_cutoff()
-    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size)
+    results = [reconcile_shard(conn, s3, run, shard, bucket=bucket, cutoff=cutoff, page_size=page_size,
+                               confirmations=confirmations)
                for shard in discover_shards(s3, bucket, conn=conn)]
     execute_plan(conn, run)
     return results

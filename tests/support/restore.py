@@ -8,15 +8,16 @@ from blobgc.kinds.blobs import bound_app_blob
 from blobgc.core.outbox import delete_owed_objects
 from blobgc.core.gate import GateSettings, judge, record_judgement
 from blobgc.core.plans import PASSED, execution_report, fix_plan
+from blobgc.core.quarantine import NO_QUARANTINE, QuarantinePolicy
 from blobgc.core.references import discover_references
 from blobgc.core.runs import RunRef, ensure_run, finish_run
 from tests.helpers import NOW, make_blobs, set_unused_since
 
 
-def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1, *, drain: bool = True
-              ) -> tuple[RunRef, list[str], list[str]]:
+def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1, *, drain: bool = True,
+              quarantine: QuarantinePolicy = NO_QUARANTINE) -> tuple[RunRef, list[str], list[str]]:
     """`n` blobs, the first `keep` referenced, the rest unused for 2 days; a sweep of them and (unless not `drain`)
-    its drain."""
+    its drain (with `quarantine`'s days)."""
     ids = make_blobs(conn, s3, bucket, n, prefix=f"{run_id}-")
     kept, garbage = ids[:keep], ids[keep:]
     with conn.transaction():
@@ -33,6 +34,6 @@ def swept_run(conn, s3, bucket: str, run_id: str, n: int = 3, keep: int = 1, *, 
     record_judgement(conn, run, judge(conn, run, GateSettings()), PASSED)
     execute_plan_part(conn, run, bound, refs, cutoff=cutoff, part=range_part(ids_range, bound.name))
     if drain:
-        delete_owed_objects(conn, s3, run)
+        delete_owed_objects(conn, s3, run, quarantine=quarantine)
     finish_run(conn, run, {"plan": execution_report(conn, run)})
     return run, kept, garbage

@@ -1,9 +1,14 @@
-"""Undo one run's deletions: remove the delete markers its deletions left, put back the rows the log holds.
+"""Undo one run's deletions: bring back the objects it deleted, put back the rows the log holds.
 
-Only a versioned bucket can be undone: deleting a key there adds a delete marker, whose version id
-the outbox records (`blobgc.deletion_settlement.version_ids`); removing that marker makes the
-previous version current again. On an unversioned bucket the bytes are gone, and `plan_restore`
-refuses before touching anything; so it does on a bucket whose versioning is *Suspended*, where a
+An object comes back from one of two places:
+- **quarantine**, on any bucket, within the window (`blobgc.core.quarantine`): its copy is copied back to its key
+  and verified (size and ETag, then HEAD), and the copy's record marks it restored (the purge deletes the copy
+  later, without counting it as reclaimed). A key written again since the deletion is refused, by name and with the
+  reason, and left as it is; an object already purged is reported, with when it was purged;
+- **a versioned bucket**: deleting a key there adds a delete marker, whose version id the outbox records
+  (`blobgc.deletion_settlement.version_ids`); removing that marker makes the previous version current again.
+Where a run deleted objects that no quarantine held from an unversioned bucket, the bytes are gone, and
+`plan_restore` refuses before touching anything; so it does on a bucket whose versioning is *Suspended*, where a
 delete removes an object's null version for good.
 
 **A restore verifies.** An at-least-once delete can stack several delete markers over one object,
@@ -33,6 +38,7 @@ import logging
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from botocore.exceptions import ClientError
@@ -41,7 +47,15 @@ from psycopg import sql
 from blobgc.core import queries, registry
 from blobgc.core.catalog import table_exists
 from blobgc.core.collections import COLLECTION_SOURCE, BoundCollection, ColumnMode, column_modes
-from blobgc.core.objects import MAX_KEYS_PER_CALL, ObjectStore, chunked, error_code, object_stats, versioning_status
+from blobgc.core.objects import (
+    MAX_KEYS_PER_CALL,
+    ObjectStore,
+    chunked,
+    copy_verified,
+    error_code,
+    object_stats,
+    versioning_status,
+)
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import ConfigurationError
@@ -124,6 +138,14 @@ def plan_restore(
     )
     buckets, deleted, owed, rows_logged = row[0] or [], row[1] or 0, row[2] or 0, row[3] or 0
     unversioned, suspended = [], []
+    # a bucket whose every deletion went through quarantine can be undone whatever its versioning
+    unheld = {
+        r[0]
+        for r in conn.execute(
+            queries.load("restore/select_unquarantined_buckets"),
+            {"dag_id": source_dag, "run_id": source_run, "sources": sources},
+        )
+    }
     for bucket in buckets:
         try:
             status = versioning_status(s3, bucket)
@@ -134,6 +156,8 @@ def plan_restore(
                     f"bucket {bucket!r}, which run {source_run!r} deleted from, does not exist"
                 ) from error
             raise
+        if bucket not in unheld:
+            continue
         if status == "Suspended":
             suspended.append(bucket)
         elif status != "Enabled":
@@ -153,7 +177,8 @@ def plan_restore(
             f"{'are' if len(unversioned) > 1 else 'is'} not versioned, so the objects {source_dag} run {source_run!r} "
             "deleted there are gone for good and no delete marker can be removed. Nothing was changed. To make "
             "later runs undoable, enable versioning first (aws s3api put-bucket-versioning --bucket NAME "
-            "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule."
+            "--versioning-configuration Status=Enabled) and expire noncurrent versions with a lifecycle rule, or give "
+            "deleted objects days of quarantine (Variable blobgc_quarantine, or a collection's quarantine_days)."
         )
     logged = [
         r[0]
@@ -199,6 +224,7 @@ def restore_objects(
     for bucket, key, version_id in pending:
         by_bucket[bucket].append((key, version_id))
     for bucket, items in by_bucket.items():
+        items = restore_from_quarantine(conn, s3, run, plan, bucket, items, result, concurrency=concurrency)
         no_marker = [key for key, version in items if not version]
         marked = [key for key, version in items if version]
         reason = (
@@ -228,6 +254,112 @@ def restore_objects(
     if run.dry_run:
         log.info("would restore %d objects", result.restored)
     return result
+
+
+def restore_from_quarantine(
+    conn: psycopg.Connection,
+    s3: ObjectStore,
+    run: RunRef,
+    plan: RestorePlan,
+    bucket: str,
+    items: list[tuple[str, str | None]],
+    result: RestoreResult,
+    *,
+    concurrency: int = 8,
+) -> list[tuple[str, str | None]]:
+    """Bring back, from quarantine, the objects of `items` (key, delete marker) that a quarantine copy holds; returns
+    the items left for the delete markers (no quarantine record, or purged where a marker can still bring it back).
+
+    Each copy is locked while it is copied back (a purge skips it), copied to its key unless the key was written
+    again meanwhile (refused, by name), verified, and marked restored, one transaction per chunk of keys."""
+    left: list[tuple[str, str | None]] = []
+    for chunk in chunked(items, MAX_KEYS_PER_CALL):
+        markers = dict(chunk)
+        with conn.transaction():
+            held: dict[str, tuple[Any, ...]] = {}
+            for record in conn.execute(
+                queries.load("restore/claim_quarantined"),
+                {"dag_id": plan.source_dag_id, "run_id": plan.source_run_id, "bucket": bucket, "keys": list(markers)},
+            ):
+                held.setdefault(record[0], tuple(record))
+            outcomes: list[tuple[str, str | None, str, str | None]] = []
+            to_copy: list[tuple[str, str, int | None]] = []
+            for key, marker in chunk:
+                if key not in held:
+                    left.append((key, marker))
+                    continue
+                _, target, size, _etag, days, purged_at, restored_at, _id = held[key]
+                if restored_at is not None:
+                    outcomes.append((key, None, "already_restored", f"brought back from quarantine at {restored_at}"))
+                elif purged_at is not None:
+                    if marker:
+                        left.append((key, marker))  # a versioned bucket still holds it as a noncurrent version
+                    else:
+                        outcomes.append(
+                            (
+                                key,
+                                None,
+                                "not_restored",
+                                f"purged from quarantine at {purged_at:%Y-%m-%d %H:%M} UTC, after its {days}-day "
+                                "window: its bytes are gone",
+                            )
+                        )
+                else:
+                    to_copy.append((key, target, size))
+            if run.dry_run:
+                result.restored += len(to_copy)
+                for _, _, outcome, detail in outcomes:
+                    result.note(outcome, detail if outcome != "already_restored" else None)
+                continue
+            copied = copy_back(s3, bucket, to_copy, concurrency=concurrency)
+            outcomes += [(key, None, outcome, detail) for key, (outcome, detail) in copied.items()]
+            done_ids = [held[key][7] for key, (outcome, _) in copied.items() if outcome == "restored"]
+            if done_ids:
+                conn.execute(queries.load("restore/mark_restored"), {"ids": done_ids, "restore_run_id": run.run_id})
+            conn.cursor().executemany(
+                queries.load("restore/insert_restore_item"),
+                [item_params(run, plan, "object", bucket, outcome) for outcome in outcomes],
+            )
+        for _, _, outcome, detail in outcomes:
+            result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
+    brought = len(items) - len(left)
+    if brought:
+        log.info(
+            "dealt with %d objects of %s from quarantine; %d left to their delete markers", brought, bucket, len(left)
+        )
+    return left
+
+
+def copy_back(
+    s3: ObjectStore, bucket: str, items: list[tuple[str, str, int | None]], *, concurrency: int = 8
+) -> dict[str, tuple[str, str | None]]:
+    """Copy each (key, quarantine key, size) back to its key, verified: {key: (outcome, detail)}. A key that exists
+    again (written since the deletion) is refused and left as it is."""
+
+    def one(item: tuple[str, str, int | None]) -> tuple[str, tuple[str, str | None]]:
+        key, target, size = item
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+            return key, (
+                "not_restored",
+                f"{key} was written again since it was deleted: the new object was left as it is (the deleted one "
+                f"is still in quarantine at {target} until its window ends)",
+            )
+        except ClientError as error:
+            if error_code(error) not in ("404", "NoSuchKey", "NotFound"):
+                return key, ("failed", f"could not check whether {key} exists: {error_code(error)}")
+        try:
+            copy_verified(s3, bucket, target, key, size=size)
+        except (ClientError, RuntimeError) as error:
+            return key, ("failed", f"could not copy it back from quarantine ({target}): {error}"[:500])
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as error:
+            return key, ("failed", f"still missing after the copy back: HEAD answered {error_code(error)}")
+        return key, ("restored", None)
+
+    with ThreadPoolExecutor(max(1, min(concurrency, len(items) or 1))) as pool:
+        return dict(pool.map(one, items))
 
 
 def markers_above_newest_version(s3: ObjectStore, bucket: str, key: str) -> tuple[list[str], bool]:
@@ -489,6 +621,24 @@ def why_missing(
     return why
 
 
+def item_params(
+    run: RunRef, plan: RestorePlan, kind: str, bucket: str, outcome: tuple[str, str | None, str, str | None]
+) -> dict[str, Any]:
+    """One (item, version, outcome, detail) as `restore/insert_restore_item`'s parameters."""
+    item, version, what, detail = outcome
+    return {
+        "restore_run_id": run.run_id,
+        "source_dag_id": plan.source_dag_id,
+        "source_run_id": plan.source_run_id,
+        "kind": kind,
+        "bucket": bucket,
+        "item": item,
+        "version_id": version,
+        "outcome": what,
+        "detail": detail,
+    }
+
+
 def record_items(
     conn: psycopg.Connection,
     run: RunRef,
@@ -500,20 +650,7 @@ def record_items(
     with conn.transaction():
         conn.cursor().executemany(
             queries.load("restore/insert_restore_item"),
-            [
-                {
-                    "restore_run_id": run.run_id,
-                    "source_dag_id": plan.source_dag_id,
-                    "source_run_id": plan.source_run_id,
-                    "kind": kind,
-                    "bucket": bucket,
-                    "item": item,
-                    "version_id": version,
-                    "outcome": outcome,
-                    "detail": detail,
-                }
-                for item, version, outcome, detail in outcomes
-            ],
+            [item_params(run, plan, kind, bucket, outcome) for outcome in outcomes],
         )
 
 

@@ -13,6 +13,7 @@ checkout of this repository: the checkout's `include/collections.yaml`):
         s3_conn_id: blobgc_s3           # optional, default blobgc_s3
         keys: ["up/{sha}.{ext}"]        # one or more; each {placeholder} is a column of the row
         grace_hours: 24                 # optional, default 24
+        quarantine_days: 0              # optional, default 0: days a deleted object waits in quarantine
         references:                     # optional: SELECTs of referenced ids that no foreign key declares
           - "SELECT upload_id FROM shop.legacy_ref"
 
@@ -243,6 +244,7 @@ class Collection(BaseModel):
     keys: Annotated[list[str], Field(min_length=1)]
     grace_hours: Annotated[float, Field(ge=0)] = DEFAULT_GRACE_HOURS
     references: list[Annotated[str, StringConstraints(min_length=1)]] = []
+    quarantine_days: Annotated[int, Field(ge=0)] = 0  # days a deleted object waits in quarantine (0: none)
 
     @field_validator("keys")
     @classmethod

@@ -1,25 +1,27 @@
 """The object store, behind one interface, and the operations blobgc builds on it: DeleteObjects in batches with
-per-key errors and backoff, existence and sizes, listings and their shards, versioning.
+per-key errors and backoff, existence and sizes, listings and their shards, versioning, verified server-side copies.
 
-`ObjectStore` is every call blobgc makes of a store: seven operations of the S3 API, called with S3's keyword
+`ObjectStore` is every call blobgc makes of a store: thirteen operations of the S3 API, called with S3's keyword
 arguments. An S3 client is one (boto3's, or the Amazon provider's `S3Hook.get_conn()`, which the DAGs use), and
 so is the Airflow layer's `S3ByBucket`, which sends each call to the client of its bucket's connection. Another
-store is another implementation of these seven calls, not edits across the collectors: mypy checks that the
+store is another implementation of these thirteen calls, not edits across the collectors: mypy checks that the
 core calls nothing else.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import logging
 import os
 import random
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -48,6 +50,18 @@ class ObjectStore(Protocol):
     def delete_objects(self, **kwargs: Any) -> dict[str, Any]: ...
 
     def get_bucket_versioning(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def get_bucket_lifecycle_configuration(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def copy_object(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def create_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def upload_part_copy(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+
+    def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
 
 
 MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
@@ -354,3 +368,265 @@ def head_stats(
 
     with ThreadPoolExecutor(max(1, min(concurrency, len(keys)))) as pool:
         return {key: stat for key, stat in pool.map(head, keys) if stat is not None}
+
+
+# Server-side copies (the quarantine's, and undo's copy back). S3 copies up to 5 GiB with one CopyObject; larger
+# objects only part by part (UploadPartCopy, 10,000 parts at most, each 5 MiB to 5 GiB but the last).
+MULTIPART_COPY_THRESHOLD = 5 * 1024**3
+DEFAULT_COPY_PART = 512 * 1024**2
+MIN_COPY_PART = 5 * 1024**2
+MAX_COPY_PART = 5 * 1024**3
+MAX_COPY_PARTS = 10_000
+COPY_PART_CONCURRENCY = 4
+# What a CreateMultipartUpload carries over from the source's HEAD when the metadata is copied (CopyObject does so
+# itself): boto3's managed copy leaves these to its caller.
+COPIED_HEADERS = ("ContentType", "CacheControl", "ContentDisposition", "ContentEncoding", "ContentLanguage", "Expires")
+CHECKSUM_FIELDS = ("ChecksumCRC32", "ChecksumCRC32C", "ChecksumCRC64NVME", "ChecksumSHA1", "ChecksumSHA256")
+NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+
+
+class CopyNotVerified(RuntimeError):
+    """A server-side copy that is not what it copied (size, ETag or checksum differ); nothing was deleted, the copy
+    included: the caller decides what to do with it (delete it, or copy again)."""
+
+    def __init__(self, bucket: str, source: str, target: str, why: str) -> None:
+        super().__init__(f"copy of s3://{bucket}/{source} to {target} not verified: {why}")
+        self.bucket, self.source, self.target, self.why = bucket, source, target, why
+
+
+class SourceChanged(CopyNotVerified):
+    """The source is no longer the object that was to be copied (CopySourceIfMatch failed): nothing was copied."""
+
+
+@dataclass(frozen=True)
+class CopiedObject:
+    """A verified copy: its key, size and ETag, the source's ETag, and its parts (0: one CopyObject). ETags are
+    unquoted."""
+
+    key: str
+    size: int
+    etag: str | None
+    source_etag: str | None
+    parts: int
+
+
+def unquoted(etag: str | None) -> str:
+    return (etag or "").strip('"')
+
+
+def is_multipart_etag(etag: str) -> bool:
+    """Whether an ETag is a multipart upload's (md5 of the parts' md5s, "-" and the number of parts)."""
+    return "-" in etag
+
+
+def etag_is_md5(head: Mapping[str, Any]) -> bool:
+    """Whether a HEAD's ETag is the MD5 of the bytes (or of the parts', for a multipart ETag): not with SSE-KMS
+    or SSE-C, whose ETags are opaque."""
+    return not str(head.get("ServerSideEncryption", "")).startswith("aws:kms") and not head.get("SSECustomerAlgorithm")
+
+
+def multipart_etag(part_etags: Sequence[str]) -> str:
+    """The ETag S3 gives a multipart upload of parts with these ETags: md5 of their binary MD5s, "-N"."""
+    digests = b"".join(bytes.fromhex(unquoted(etag)) for etag in part_etags)
+    return f"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(part_etags)}"
+
+
+def copy_part_size(size: int, part_size: int) -> int:
+    """`part_size`, grown (to whole MiB) when `size` would need more than 10,000 parts of it."""
+    if not MIN_COPY_PART <= part_size <= MAX_COPY_PART:
+        raise ValueError(f"part_size must be between {MIN_COPY_PART} and {MAX_COPY_PART} bytes, got {part_size}")
+    needed = -(-size // MAX_COPY_PARTS)
+    if needed <= part_size:
+        return part_size
+    grown = -(-needed // 1024**2) * 1024**2
+    if grown > MAX_COPY_PART:
+        raise ValueError(f"an object of {size} bytes is larger than S3 can copy ({MAX_COPY_PARTS} parts of 5 GiB)")
+    return grown
+
+
+def is_precondition_failed(error: ClientError) -> bool:
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return error_code(error) == "PreconditionFailed" or status == 412
+
+
+def copy_verified(
+    store: ObjectStore,
+    bucket: str,
+    source_key: str,
+    target_key: str,
+    *,
+    size: int | None = None,
+    etag: str | None = None,
+    part_size: int = DEFAULT_COPY_PART,
+    multipart_threshold: int = MULTIPART_COPY_THRESHOLD,
+    metadata_directive: Literal["COPY", "REPLACE"] = "COPY",
+    metadata: Mapping[str, str] | None = None,
+    concurrency: int = COPY_PART_CONCURRENCY,
+) -> CopiedObject:
+    """Copy `source_key` to `target_key` in `bucket`, server-side, and verify the copy; nothing is ever deleted.
+
+    The source is HEADed unless both `size` and `etag` are given (a multipart copy that keeps the metadata always
+    HEADs it). Every copy request names the source's ETag (CopySourceIfMatch): a source written again meanwhile
+    fails the copy with `SourceChanged` instead of copying other bytes. Up to `multipart_threshold` bytes (5 GiB,
+    S3's CopyObject limit), one CopyObject; above, as the AWS SDK's managed copy does, a multipart upload of
+    UploadPartCopy ranges (`part_size`, grown to stay within 10,000 parts; `concurrency` parts at a time),
+    completed, or aborted on any error. With `metadata_directive` "COPY" the
+    source's metadata and content headers are carried over (a multipart copy sets them from the source's HEAD);
+    "REPLACE" sets `metadata` instead. Tags are copied by CopyObject only.
+
+    Verification HEADs the copy: its size must be the source's. After one CopyObject, its ETag must be the source's
+    (S3 keeps the MD5 ETag of a plain copy), except where the source's ETag is no MD5 of its bytes (a multipart
+    ETag "-N", SSE-KMS, SSE-C): then both objects' checksums (ChecksumSHA256, CRC32, ...) are compared when both
+    HEADs report one of the same kind, and otherwise the size alone is. After a multipart copy, its ETag must be
+    the one CompleteMultipartUpload returned, which must be the multipart ETag of the parts' ETags (md5 of their
+    binary MD5s, "-N"; not checked under SSE-KMS or SSE-C). A copy that fails raises `CopyNotVerified` and is left in
+    place: deleting it (or copying again) is the caller's choice.
+    """
+    if multipart_threshold > MULTIPART_COPY_THRESHOLD:
+        raise ValueError(f"multipart_threshold must be at most {MULTIPART_COPY_THRESHOLD} bytes (CopyObject's limit)")
+    source_head: dict[str, Any] | None = None
+    if size is None or etag is None:
+        source_head = store.head_object(Bucket=bucket, Key=source_key, ChecksumMode="ENABLED")
+        size, etag = int(source_head["ContentLength"]), unquoted(source_head.get("ETag"))
+    etag = unquoted(etag)
+    copy_source = {"Bucket": bucket, "Key": source_key}
+    if size <= multipart_threshold:
+        directive: dict[str, Any] = {"MetadataDirective": metadata_directive}
+        if metadata_directive == "REPLACE":
+            directive["Metadata"] = dict(metadata or {})
+        try:
+            store.copy_object(
+                Bucket=bucket, Key=target_key, CopySource=copy_source, CopySourceIfMatch=f'"{etag}"', **directive
+            )
+        except ClientError as error:
+            if is_precondition_failed(error):
+                raise SourceChanged(bucket, source_key, target_key, f"its ETag is no longer {etag}") from error
+            raise
+        copy_head = store.head_object(Bucket=bucket, Key=target_key, ChecksumMode="ENABLED")
+        verify_single_copy(bucket, source_key, target_key, size, etag, source_head, copy_head)
+        return CopiedObject(target_key, size, unquoted(copy_head.get("ETag")), etag, 0)
+    if metadata_directive == "COPY" and source_head is None:
+        source_head = store.head_object(Bucket=bucket, Key=source_key)
+    part = copy_part_size(size, part_size)
+    headers = multipart_headers(source_head, metadata_directive, metadata)
+    expected = multipart_copy(store, bucket, source_key, target_key, size, etag, part, headers, concurrency)
+    copy_head = store.head_object(Bucket=bucket, Key=target_key)
+    copied_etag = unquoted(copy_head.get("ETag"))
+    why = []
+    if int(copy_head["ContentLength"]) != size:
+        why.append(f"its size is {copy_head['ContentLength']}, the source's {size}")
+    if copied_etag != expected.completed:
+        why.append(f"its ETag is {copied_etag}, CompleteMultipartUpload answered {expected.completed}")
+    if etag_is_md5(copy_head) and expected.completed != expected.computed:
+        why.append(f"the upload's ETag {expected.completed} is not its parts' ({expected.computed})")
+    if why:
+        raise CopyNotVerified(bucket, source_key, target_key, "; ".join(why))
+    return CopiedObject(target_key, size, copied_etag, etag, expected.parts)
+
+
+def verify_single_copy(
+    bucket: str,
+    source_key: str,
+    target_key: str,
+    size: int,
+    etag: str,
+    source_head: Mapping[str, Any] | None,
+    copy_head: Mapping[str, Any],
+) -> None:
+    """Raise CopyNotVerified unless one CopyObject's copy has the source's size and ETag (or checksum: see
+    `copy_verified`)."""
+    copied_size, copied_etag = int(copy_head["ContentLength"]), unquoted(copy_head.get("ETag"))
+    if copied_size != size:
+        raise CopyNotVerified(bucket, source_key, target_key, f"its size is {copied_size}, the source's {size}")
+    md5s = not is_multipart_etag(etag) and etag_is_md5(copy_head) and etag_is_md5(source_head or {})
+    if md5s:
+        if copied_etag != etag:
+            raise CopyNotVerified(bucket, source_key, target_key, f"its ETag is {copied_etag}, the source's {etag}")
+        return
+    if source_head is None or source_head.get("ChecksumType") != copy_head.get("ChecksumType"):
+        return  # no checksums of the same kind to compare: the size alone is verified
+    for name in CHECKSUM_FIELDS:
+        if source_head.get(name) and copy_head.get(name) and source_head[name] != copy_head[name]:
+            raise CopyNotVerified(
+                bucket, source_key, target_key, f"its {name} is {copy_head[name]}, the source's {source_head[name]}"
+            )
+
+
+def multipart_headers(
+    source_head: Mapping[str, Any] | None, directive: Literal["COPY", "REPLACE"], metadata: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """The CreateMultipartUpload arguments that give a multipart copy the source's metadata, or `metadata`."""
+    if directive == "REPLACE":
+        return {"Metadata": dict(metadata or {})}
+    head = source_head or {}
+    carried = {name: head[name] for name in COPIED_HEADERS if head.get(name)}
+    return {**carried, "Metadata": dict(head.get("Metadata") or {})}
+
+
+@dataclass(frozen=True)
+class MultipartCopy:
+    """A completed multipart copy: the ETag CompleteMultipartUpload returned, the one its parts make, its parts."""
+
+    completed: str
+    computed: str
+    parts: int
+
+
+def multipart_copy(
+    store: ObjectStore,
+    bucket: str,
+    source_key: str,
+    target_key: str,
+    size: int,
+    etag: str,
+    part_size: int,
+    headers: Mapping[str, Any],
+    concurrency: int,
+) -> MultipartCopy:
+    """CreateMultipartUpload, one UploadPartCopy per range (each with CopySourceIfMatch), CompleteMultipartUpload;
+    the upload is aborted on any error, which then propagates (a changed source as SourceChanged)."""
+    upload_id = store.create_multipart_upload(Bucket=bucket, Key=target_key, **headers)["UploadId"]
+    ranges = [(n + 1, start, min(start + part_size, size) - 1) for n, start in enumerate(range(0, size, part_size))]
+    failed = threading.Event()  # once a part failed, the parts not started yet are not copied
+
+    def copy_part(numbered: tuple[int, int, int]) -> dict[str, Any]:
+        number, first, last = numbered
+        if failed.is_set():
+            raise RuntimeError(f"part {number} not copied: an earlier part failed")
+        try:
+            answer = store.upload_part_copy(
+                Bucket=bucket,
+                Key=target_key,
+                UploadId=upload_id,
+                PartNumber=number,
+                CopySource={"Bucket": bucket, "Key": source_key},
+                CopySourceRange=f"bytes={first}-{last}",
+                CopySourceIfMatch=f'"{etag}"',
+            )
+        except BaseException:
+            failed.set()
+            raise
+        return {"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]}
+
+    try:
+        with ThreadPoolExecutor(max(1, min(concurrency, len(ranges)))) as pool:
+            # parts start in order and those after a failure are skipped, so the error raised here is a real one;
+            # the parts under way finish (the pool waits for them) before the upload is aborted
+            parts = [future.result() for future in [pool.submit(copy_part, numbered) for numbered in ranges]]
+        done = store.complete_multipart_upload(
+            Bucket=bucket, Key=target_key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+        )
+    except BaseException as error:
+        abort_upload(store, bucket, target_key, upload_id)
+        if isinstance(error, ClientError) and is_precondition_failed(error):
+            raise SourceChanged(bucket, source_key, target_key, f"its ETag is no longer {etag}") from error
+        raise
+    return MultipartCopy(unquoted(done.get("ETag")), multipart_etag([p["ETag"] for p in parts]), len(parts))
+
+
+def abort_upload(store: ObjectStore, bucket: str, key: str, upload_id: str) -> None:
+    """Abort a multipart upload (its parts stop being stored); a failure to abort is logged, not raised."""
+    try:
+        store.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+    except (ClientError, BotoCoreError) as error:
+        log.warning("could not abort the multipart upload %s of s3://%s/%s: %s", upload_id, bucket, key, error)

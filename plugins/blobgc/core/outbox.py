@@ -44,14 +44,23 @@ from botocore.exceptions import BotoCoreError, ClientError
 from blobgc.core import keys as key_layouts
 from blobgc.core import queries
 from blobgc.core.collections import collection_of_source
+from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, BucketState, bucket_state, record_bucket, suggested_rule
 from blobgc.core.objects import (
     MAX_KEYS_PER_CALL,
     ObjectStore,
-    bucket_is_versioned,
     delete_objects_in_batches,
     error_code,
     is_transient,
     object_stats,
+)
+from blobgc.core.quarantine import (
+    NO_QUARANTINE,
+    Quarantined,
+    QuarantinePolicy,
+    held_copies,
+    move_into_quarantine,
+    quarantine_key,
+    record_quarantined,
 )
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_collection_counts, add_counts
@@ -76,7 +85,10 @@ class DrainResult(TaskResult):
     """What one pass over the outbox did (on a dry run: what is owed)."""
 
     objects_deleted: int = 0
-    bytes_reclaimed: int = 0
+    bytes_reclaimed: int = 0  # gone from storage: deleted from an unversioned bucket
+    bytes_deleted: int = 0  # taken out of the buckets' view: reclaimed, moved into quarantine, or now noncurrent
+    quarantined: int = 0  # of the objects deleted, those moved into quarantine first
+    noncurrent: int = 0  # of the objects deleted, those whose bytes a versioned bucket keeps as noncurrent versions
     failed: int = 0
     absent: int = 0
     owed_after: int = 0
@@ -85,7 +97,26 @@ class DrainResult(TaskResult):
     # whole calls refused for good (NoSuchBucket, AccessDenied), first per bucket: bucket -> (source, error); the keys
     # stay owed, and the DAG's last drain step fails at once naming the bucket (`blobgc.dag_kit.unfixable`)
     refused: dict[str, tuple[str, BaseException]] = local(dict)
-    by_collection: dict[str, tuple[int, int]] = local(dict)  # collection -> (objects, bytes) deleted
+    by_collection: dict[str, tuple[int, int, int]] = local(dict)  # collection -> (objects, reclaimed, deleted bytes)
+    # buckets whose deletions only add delete markers, with no rule to expire the noncurrent versions
+    keeps_every_version: list[str] = local(list)
+
+    def add(self, other: DrainResult) -> None:
+        """Count `other`'s work in this result too."""
+        for name in (
+            "objects_deleted",
+            "bytes_reclaimed",
+            "bytes_deleted",
+            "quarantined",
+            "noncurrent",
+            "failed",
+            "absent",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.errors += other.errors
+        for bucket, refusal in other.refused.items():
+            self.refused.setdefault(bucket, refusal)
+        self.keeps_every_version += [b for b in other.keeps_every_version if b not in self.keeps_every_version]
 
 
 class OwedDeletionsParked(RuntimeError):
@@ -246,6 +277,7 @@ def delete_owed_objects(
     connect: Callable[[], psycopg.Connection] | None = None,
     policy: DrainPolicy = DEFAULT_POLICY,
     default_bucket: str = DEFAULT_BUCKET,
+    quarantine: QuarantinePolicy = NO_QUARANTINE,
 ) -> DrainResult:
     """Delete every object `run.dag_id` owes, `concurrency` DeleteObjects calls of `batch_size` keys at a time.
 
@@ -257,7 +289,8 @@ def delete_owed_objects(
     keep failing back off and are parked (`DrainPolicy`). A transient failure of a whole call (S3
     down) keeps that bucket's keys owed; once every other due row is drained, the first such error
     is raised, so a retry of the task completes the work. On a dry run nothing is deleted and the
-    result reports what is owed.
+    result reports what is owed. An object whose source or bucket has days of `quarantine` is moved into
+    quarantine instead (`blobgc.core.quarantine`): copied aside, verified, then deleted.
     """
     result = DrainResult()
     if not run.dry_run:
@@ -265,20 +298,18 @@ def delete_owed_objects(
 
             def drain_on_own_connection(_: int) -> DrainResult:
                 with connect() as own:
-                    return drain(own, s3, run, batch_size, concurrency, policy, default_bucket)
+                    return drain(own, s3, run, batch_size, concurrency, policy, default_bucket, quarantine)
 
             with ThreadPoolExecutor(workers) as pool:
                 parts = list(pool.map(drain_on_own_connection, range(workers)))
         else:
-            parts = [drain(conn, s3, run, batch_size, concurrency, policy, default_bucket)]
+            parts = [drain(conn, s3, run, batch_size, concurrency, policy, default_bucket, quarantine)]
         for part in parts:
-            result.objects_deleted += part.objects_deleted
-            result.bytes_reclaimed += part.bytes_reclaimed
-            result.failed += part.failed
-            result.absent += part.absent
-            result.errors += part.errors
-            for bucket, refusal in part.refused.items():
-                result.refused.setdefault(bucket, refusal)
+            result.add(part)
+    for bucket in result.keeps_every_version:
+        log.warning(
+            "bucket %s is versioned: %s. Add one, e.g.: %s", bucket, KEEPS_EVERY_VERSION, suggested_rule(bucket)
+        )
     owed, _bytes, _attempts, parked = owed_summary(conn, run.dag_id)
     result.owed_after, result.parked = owed, parked
     if parked:
@@ -302,6 +333,7 @@ def drain(
     concurrency: int,
     policy: DrainPolicy = DEFAULT_POLICY,
     default_bucket: str = DEFAULT_BUCKET,
+    quarantine: QuarantinePolicy = NO_QUARANTINE,
 ) -> DrainResult:
     """One drain over the due owed log rows, in log order, skipping rows another drain holds.
 
@@ -310,6 +342,7 @@ def drain(
     """
     result = DrainResult()
     down: dict[str, BaseException] = {}
+    states: dict[str, BucketState] = {}  # each bucket's versioning and lifecycle, read once per drain
     after = 0
     while True:
         with conn.transaction():
@@ -318,22 +351,28 @@ def drain(
                 if after == 0:
                     break
                 continue  # another drain holds these rows; go on after them
-            settled = settle_batches(conn, s3, run, rows, batch_size, concurrency, policy, down, default_bucket)
-            add_counts(conn, run, objects=settled.objects_deleted, bytes_=settled.bytes_reclaimed)
-            for collection, (objects, bytes_) in settled.by_collection.items():
-                add_collection_counts(conn, run, collection, objects=objects, bytes_=bytes_)
-        result.objects_deleted += settled.objects_deleted
-        result.bytes_reclaimed += settled.bytes_reclaimed
-        result.failed += settled.failed
-        result.absent += settled.absent
-        result.errors += settled.errors
-        for bucket, refusal in settled.refused.items():
-            result.refused.setdefault(bucket, refusal)
+            settled = settle_batches(
+                conn, s3, run, rows, batch_size, concurrency, policy, down, default_bucket, quarantine, states
+            )
+            add_counts(
+                conn,
+                run,
+                objects=settled.objects_deleted,
+                bytes_=settled.bytes_reclaimed,
+                bytes_deleted=settled.bytes_deleted,
+            )
+            for collection, (objects, reclaimed, deleted) in settled.by_collection.items():
+                add_collection_counts(conn, run, collection, objects=objects, bytes_=reclaimed, bytes_deleted=deleted)
+        result.add(settled)
         log.info(
-            "deleted %d objects (%s) owed by %s; %d were already absent; %d failed and stay owed",
+            "deleted %d objects (%s) owed by %s: %d moved into quarantine, %d left as noncurrent versions, %s "
+            "reclaimed; %d were already absent; %d failed and stay owed",
             settled.objects_deleted,
-            human_bytes(settled.bytes_reclaimed),
+            human_bytes(settled.bytes_deleted),
             run.dag_id,
+            settled.quarantined,
+            settled.noncurrent,
+            human_bytes(settled.bytes_reclaimed),
             settled.absent,
             settled.failed,
         )
@@ -350,6 +389,7 @@ class KeyOutcome:
     error: str | None = None
     permanent: bool = False
     park_now: bool = False  # a guard could not judge the key: no retry will, so it is parked at once
+    held: Quarantined | None = None  # deleted after it was copied into quarantine
 
 
 def delete_group(
@@ -361,16 +401,21 @@ def delete_group(
     keys: list[str],
     batch_size: int,
     concurrency: int,
-    versioned: dict[str, bool],
+    states: dict[str, BucketState],
     sizes_logged: dict[str, int | None],
     modified_before: dict[str, datetime] | None = None,
     *,
     default_bucket: str = DEFAULT_BUCKET,
+    quarantine_days: int = 0,
+    targets: dict[str, str] | None = None,
 ) -> dict[str, KeyOutcome]:
     """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure.
 
     A key with a `modified_before` moment is asked of the store whatever its logged size, and kept when its
-    object was written at or after that moment (written again since it was judged an orphan)."""
+    object was written at or after that moment (written again since it was judged an orphan). With
+    `quarantine_days`, each existing object is first copied to its quarantine key (`targets`) and verified; one whose
+    copy fails stays owed, and a key found absent whose copy exists (moved by a drain that failed before it
+    recorded so) is settled as moved."""
     layout = key_layouts.layout(source, default_bucket=default_bucket)
     verdict = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else key_layouts.Verdict()
     outcomes = {key: KeyOutcome("kept") for key in keys if key in verdict.keep}
@@ -392,8 +437,8 @@ def delete_group(
     todo = [k for k in keys if k not in outcomes]
     if not todo:
         return outcomes
-    if bucket not in versioned:
-        versioned[bucket] = bucket_is_versioned(s3, bucket)
+    if bucket not in states:
+        states[bucket] = bucket_state(s3, bucket)
     # a size recorded when the object was written is its size; a key of unknown size, or whose age must be
     # checked again, is asked of the store
     modified_before = modified_before or {}
@@ -433,19 +478,34 @@ def delete_group(
         present.update({k: None for k in unknown if k not in modified_before})
     outcomes.update({key: KeyOutcome("absent") for key in todo if key not in present})
     existing = [k for k in todo if k in present]
+    held: dict[str, Quarantined] = {}
+    if quarantine_days > 0 and targets:
+        held, refused, missing = move_into_quarantine(
+            s3, bucket, [(k, targets[k], present[k]) for k in existing if k in targets], quarantine_days
+        )
+        outcomes.update(
+            {k: KeyOutcome("failed", error=why, permanent=permanent) for k, (why, permanent) in refused.items()}
+        )
+        outcomes.update({k: KeyOutcome("absent") for k in missing})
+        existing = [k for k in existing if k in held]
+        # an object not there may be in quarantine already: moved by a drain that failed before it recorded so
+        gone = [k for k in todo if outcomes.get(k, KeyOutcome("")).outcome == "absent" and k in targets]
+        for key, moved in held_copies(s3, bucket, {k: targets[k] for k in gone}, quarantine_days).items():
+            outcomes[key] = KeyOutcome("deleted", size=moved.copy.size, held=moved)
     outcome = delete_objects_in_batches(
         s3,
         bucket,
         existing,
         batch_size=min(batch_size, MAX_KEYS_PER_CALL),
         concurrency=concurrency,
-        versioned=versioned[bucket],
+        versioned=states[bucket].keeps_versions,
     )
     for key in existing:
         if key in outcome.failed:
             outcomes[key] = KeyOutcome("failed", error=outcome.failed[key], permanent=key in outcome.permanent)
         else:
-            outcomes[key] = KeyOutcome("deleted", size=present[key], marker=outcome.markers.get(key))
+            size = present[key] if present[key] is not None else (held[key].copy.size if key in held else None)
+            outcomes[key] = KeyOutcome("deleted", size=size, marker=outcome.markers.get(key), held=held.get(key))
     return outcomes
 
 
@@ -459,6 +519,8 @@ def settle_batches(
     policy: DrainPolicy = DEFAULT_POLICY,
     down: dict[str, BaseException] | None = None,
     default_bucket: str = DEFAULT_BUCKET,
+    quarantine: QuarantinePolicy = NO_QUARANTINE,
+    states: dict[str, BucketState] | None = None,
 ) -> DrainResult:
     """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
 
@@ -469,13 +531,17 @@ def settle_batches(
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
     sizes_logged: dict[tuple[str, str], int | None] = {}
     not_after: dict[tuple[str, str], datetime] = {}
-    for _log_id, bucket, source, keys, sizes, _failures, modified_before in rows:
+    targets: dict[tuple[str, str], str] = {}  # (bucket, key) -> its quarantine key, under the run that owed it
+    for _log_id, bucket, source, keys, sizes, _failures, modified_before, owner_run in rows:
         by_group[(bucket, source)].extend(keys)
         sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
         if modified_before is not None:
             not_after.update({(bucket, k): modified_before for k in keys})
+        if quarantine.days(source, bucket) > 0:
+            for k in keys:
+                targets.setdefault((bucket, k), quarantine_key(run.dag_id, owner_run, k))
     outcomes: dict[tuple[str, str], KeyOutcome] = {}
-    versioned: dict[str, bool] = {}
+    states = {} if states is None else states
     settled = DrainResult()
     down = {} if down is None else down
     with ExitStack() as guards:
@@ -493,10 +559,12 @@ def settle_batches(
                     keys,
                     batch_size,
                     concurrency,
-                    versioned,
+                    states,
                     {k: sizes_logged.get((bucket, k)) for k in keys},
                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
                     default_bucket=default_bucket,
+                    quarantine_days=quarantine.days(source, bucket),
+                    targets={k: targets[(bucket, k)] for k in keys if (bucket, k) in targets},
                 )
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)
@@ -516,7 +584,9 @@ def settle_batches(
                     settled.refused.setdefault(bucket, (source, error))
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
-    for log_id, bucket, source, keys, sizes, failures, _modified_before in rows:
+    # versioned buckets: bucket -> (keys deleted, their bytes, the delete markers they left)
+    noncurrent: dict[str, tuple[list[str], int, int]] = {}
+    for log_id, bucket, source, keys, sizes, failures, _modified_before, owner_run in rows:
         results = [outcomes[(bucket, k)] for k in keys]
         failed = [(k, sz, o) for k, sz, o in zip(keys, sizes, results, strict=True) if o.outcome == "failed"]
         done = [(k, o) for k, o in zip(keys, results, strict=True) if o.outcome == "deleted"]
@@ -536,18 +606,48 @@ def settle_batches(
                 "park": park_now or (permanent and failures_now >= policy.park_after),
                 "done_keys": [k for k, _ in done],
                 "done_sizes": [o.size for _, o in done],
-                "done_versions": [o.marker for _, o in done] if versioned.get(bucket) else None,
+                "done_versions": [o.marker for _, o in done]
+                if bucket in states and states[bucket].keeps_versions
+                else None,
                 "kept_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "kept"],
                 "absent_keys": [k for k, o in zip(keys, results, strict=True) if o.outcome == "absent"],
             },
         )
+        moved = [o.held for _, o in done if o.held is not None]
+        record_quarantined(conn, run, log_id=log_id, owner_run_id=owner_run, source=source, bucket=bucket, held=moved)
+        keeps = bucket in states and states[bucket].keeps_versions
+        deleted_bytes = sum(o.size or 0 for _, o in done)
+        # bytes are reclaimed only when they leave storage: not while a copy waits in quarantine (counted when it is
+        # purged), nor where a versioned bucket keeps them as a noncurrent version
+        reclaimed = 0 if keeps else sum(o.size or 0 for _, o in done if o.held is None)
+        if keeps and done:
+            known_keys, known_bytes, markers = noncurrent.get(bucket, ([], 0, 0))
+            noncurrent[bucket] = (
+                known_keys + [k for k, _ in done],
+                known_bytes + deleted_bytes,
+                markers + sum(o.marker is not None for _, o in done),
+            )
         settled.objects_deleted += len(done)
-        settled.bytes_reclaimed += sum(o.size or 0 for _, o in done)
+        settled.bytes_deleted += deleted_bytes
+        settled.bytes_reclaimed += reclaimed
+        settled.quarantined += len(moved)
+        settled.noncurrent += len(done) if keeps else 0
         if done and (collection := collection_of_source(source)) is not None:
-            objects, bytes_ = settled.by_collection.get(collection, (0, 0))
-            settled.by_collection[collection] = (objects + len(done), bytes_ + sum(o.size or 0 for _, o in done))
+            objects, reclaimed_so_far, deleted_so_far = settled.by_collection.get(collection, (0, 0, 0))
+            settled.by_collection[collection] = (
+                objects + len(done),
+                reclaimed_so_far + reclaimed,
+                deleted_so_far + deleted_bytes,
+            )
         settled.failed += len(failed)
         settled.absent += sum(o.outcome == "absent" for o in results)
+    for bucket, (deleted_keys, deleted_bytes, markers) in noncurrent.items():
+        state = states[bucket]
+        record_bucket(
+            conn, run, bucket, state, keys=deleted_keys, bytes_noncurrent=deleted_bytes, delete_markers=markers
+        )
+        if any(state.noncurrent_days(k) is None for k in deleted_keys):
+            settled.keeps_every_version.append(bucket)
     kept = sum(o.outcome == "kept" for o in outcomes.values())
     if kept:
         log.info("kept %d owed objects that rows need again", kept)

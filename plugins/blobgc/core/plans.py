@@ -523,9 +523,10 @@ class PlanFigures:
     """Every figure shown for a plan and its execution, reconciled: the plan's keys are each deleted, absent, kept or
     failed (or not reached yet), in keys and in bytes from one source, the plan's own sizes (`size_source`).
 
-    The bytes the run reclaimed (`deleted_counted_bytes`, and `drained_bytes`, what `blobgc.run` and
-    `blobgc.reclaim_daily` count) are another figure: the drain's sizes (`COUNTED_SIZE_SOURCE`), which include the
-    keys whose size the plan did not know, and, in `drained_*`, keys earlier runs owed that this run's drain deleted.
+    The bytes the run deleted (`deleted_counted_bytes`, and `drained_bytes`, what `blobgc.run` and
+    `blobgc.reclaim_daily` count as `bytes_deleted`) are another figure: the drain's sizes (`COUNTED_SIZE_SOURCE`),
+    which include the keys whose size the plan did not know, and, in `drained_*`, keys earlier runs owed that this
+    run's drain deleted.
     """
 
     plan_run_id: str
@@ -600,8 +601,8 @@ class PlanFigures:
             f"{self.unknown_size_keys:,} keys of unknown size count 0)",
             f"kept {self.kept_keys:,}: {self.skipped_keys:,} skipped at delete time (referenced or changed again "
             f"since the plan), {self.kept_keys - self.skipped_keys:,} kept by the drain's check",
-            f"reclaimed: {human_bytes(self.deleted_counted_bytes)} for the {self.deleted_keys:,} deleted keys "
-            f"(sizes: {COUNTED_SIZE_SOURCE})",
+            f"bytes deleted: {human_bytes(self.deleted_counted_bytes)} for the {self.deleted_keys:,} deleted keys "
+            f"(sizes: {COUNTED_SIZE_SOURCE}; reclaimed only once gone from storage: see the receipt)",
         ]
         if self.planned_rows:
             terms = [f"deleted {self.deleted_rows:,}", f"skipped {self.skipped_rows:,}"] + (

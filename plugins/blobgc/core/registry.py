@@ -106,3 +106,13 @@ def kind_tables() -> tuple[str, ...]:
     tables = [source.name for k in REGISTRY.installed() for source in k.reconciled]
     tables += [t for k in REGISTRY.installed() for needs in k.dags.values() for t in needs.tables]
     return tuple(dict.fromkeys(tables))
+
+
+def kind_of_source(source: str) -> str | None:
+    """The name of the kind whose key layout a deletion-log source is (Variable blobgc_quarantine names kinds)."""
+    for kind in REGISTRY.kinds:
+        if any(layout.source == source for layout in kind.layouts):
+            return kind.name
+        if any(mode.source == source for mode in kind.column_modes):
+            return kind.name
+    return None

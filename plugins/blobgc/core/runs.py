@@ -78,14 +78,17 @@ def add_counts(
     bytes_: int = 0,
     part: str = "",
     collection: str | None = None,
+    bytes_deleted: int = 0,
 ) -> None:
     """Add to the run's counters; call inside the transaction that did the work.
 
+    `bytes_` are bytes reclaimed, gone from storage; `bytes_deleted` are bytes taken out of the bucket's view (gone,
+    moved into quarantine, or left as noncurrent versions), which a real run counts apart (`blobgc.reclaim_daily`).
     On a dry run the figures are what would go, kept per `part` of the run (see `restart_dry_run_part`).
     With `collection`, they also count for that collection (`blobgc.reclaim_daily_by_collection`); a dry
     run's part then belongs to one collection.
     """
-    if not (rows or objects or bytes_):
+    if not (rows or objects or bytes_ or bytes_deleted):
         return
     params = {
         "dag_id": run.dag_id,
@@ -98,16 +101,25 @@ def add_counts(
     if run.dry_run:
         write_part_counts(conn, {**params, "part": part, "replace": False})
         return
-    conn.execute(queries.load("runs/add_run_counts"), params)
+    conn.execute(queries.load("runs/add_run_counts"), {**params, "bytes_deleted": bytes_deleted})
     if collection is not None:
-        add_collection_counts(conn, run, collection, rows=rows, objects=objects, bytes_=bytes_)
+        add_collection_counts(
+            conn, run, collection, rows=rows, objects=objects, bytes_=bytes_, bytes_deleted=bytes_deleted
+        )
 
 
 def add_collection_counts(
-    conn: psycopg.Connection, run: RunRef, collection: str, *, rows: int = 0, objects: int = 0, bytes_: int = 0
+    conn: psycopg.Connection,
+    run: RunRef,
+    collection: str,
+    *,
+    rows: int = 0,
+    objects: int = 0,
+    bytes_: int = 0,
+    bytes_deleted: int = 0,
 ) -> None:
     """Count work already in the run's totals for one collection too (the drain's objects, by their log's source)."""
-    if run.dry_run or not (rows or objects or bytes_):
+    if run.dry_run or not (rows or objects or bytes_ or bytes_deleted):
         return
     conn.execute(
         queries.load("runs/add_collection_counts"),
@@ -118,6 +130,7 @@ def add_collection_counts(
             "rows": rows,
             "objects": objects,
             "bytes": bytes_,
+            "bytes_deleted": bytes_deleted,
         },
     )
 

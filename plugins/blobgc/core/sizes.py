@@ -14,6 +14,7 @@ def human_bytes(n: int | None) -> str:
 
 GIB = 1 << 30
 S3_STANDARD_USD_PER_GB_MONTH = 0.023  # S3 Standard's list price (GB = 2^30 bytes, as S3 bills)
+S3_COPY_USD_PER_1000 = 0.005  # S3 Standard's list price of 1,000 PUT, COPY, POST or LIST requests
 
 
 def usd_per_month(n_bytes: int | None, usd_per_gb_month: float) -> float:

@@ -2,7 +2,7 @@
 `blobgc.engine.Deletion`), its Params, schedule, tags and `doc_md`, and `destructive_dag` wires the engine's steps
 (`blobgc.engine.run`), in the same order, for all of them:
 
-    [prepare] -> [shards] -> plan (mapped over the shards) -> gate -> execution -> drain -> report
+    [prepare] -> [shards] -> plan (mapped over the shards) -> gate -> execution -> drain -> purge -> report
 
 - **planning**: the kind's first step fixes the run's plan (its own, or Param `from_plan`'s); the engine does it,
   whichever step comes first. A shard is planned by its own mapped task.
@@ -12,7 +12,8 @@
   only a plan the gate let through: the engine refuses it first (`blobgc.engine.run.execute`), and so does the
   plan store's reader (`blobgc.core.plans.pending_items`), not this wiring.
 - **drain**: `delete_owed_objects` after the execution (and `retry_owed_objects` before it, for a kind that
-  drains earlier runs' debts first), then `purge_cache_keys` for a kind that owes Redis keys.
+  drains earlier runs' debts first), then `purge_quarantine` (the DAG's quarantine copies past their window,
+  `blobgc.core.quarantine`), and `purge_cache_keys` for a kind that owes Redis keys.
 - **report**: `report` (`report_parts`), even when the gate refused, with `execution_report` as "plan" and the
   kind's own summaries.
 """
@@ -24,10 +25,19 @@ from typing import Any, TypedDict
 
 from blobgc.core.outbox import DrainResult
 from blobgc.core.plans import OwedFromPlan, execution_report
+from blobgc.core.quarantine import QuarantinePurge
 from blobgc.core.results import TaskResult
+from blobgc.dag_kit.collections import quarantine_policy
 from blobgc.dag_kit.gate import deletion_gate
 from blobgc.dag_kit.params import S3_POOL, dag_defaults
-from blobgc.dag_kit.steps import Step, drain_owed_objects, gc_step, purge_owed_cache_keys, report_parts
+from blobgc.dag_kit.steps import (
+    Step,
+    drain_owed_objects,
+    gc_step,
+    purge_owed_cache_keys,
+    purge_quarantine_step,
+    report_parts,
+)
 from blobgc.engine import run as engine
 from blobgc.engine.deletion import Deletion
 
@@ -58,8 +68,10 @@ def destructive_dag(
         drains = trigger(NONE_FAILED if deletion.drain_when_nothing_executed else None)
         objects = drain_owed_objects(**drains)()
         executed >> objects
-        results.update({name: executed, "objects": objects})
-        types.update({name: result, "objects": DrainResult})
+        purged = purge_quarantine_step(trigger_rule=NONE_FAILED)()
+        objects >> purged
+        results.update({name: executed, "objects": objects, "quarantine": purged})
+        types.update({name: result, "objects": DrainResult, "quarantine": QuarantinePurge})
         if deletion.cache_keys:
             from blobgc.core.cache_purge import PurgeResult
 
@@ -83,7 +95,7 @@ def task_options(deletion: Deletion, task_id: str, *, lists: bool = False) -> di
     step the settings read before the run is recorded."""
     options: dict[str, Any] = {"task_id": task_id}
     if task_id == getattr(deletion.tasks, deletion.first):
-        options["checks"] = deletion.preflight()
+        options["checks"] = (*deletion.preflight(), quarantine_policy)  # a bad Variable fails before anything
     if lists and deletion.lists_objects:
         options["pool"] = S3_POOL
     if task_id in deletion.labels:

@@ -25,11 +25,13 @@ from blobgc.core.collections import (
     warn_unindexed,
 )
 from blobgc.core.keys import load_checked_collections
+from blobgc.core.quarantine import VARIABLE as QUARANTINE_VARIABLE
+from blobgc.core.quarantine import QuarantinePolicy, parse_days
 from blobgc.core.references import ReferenceSet, UnfollowableReference, discover_references
 from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.core.settings import ConfigurationError
 from blobgc.dag_kit.connections import S3_CONN_ID, S3ByBucket, s3_client
-from blobgc.dag_kit.variables import blob_bucket, extra_blob_references
+from blobgc.dag_kit.variables import blob_bucket, extra_blob_references, variable
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +96,21 @@ def s3_for_collections(default):
     if not own:
         return default
     return S3ByBucket(default, {bucket: s3_client(conn_id) for bucket, conn_id in own.items()})
+
+
+def quarantine_policy() -> QuarantinePolicy:
+    """How long deleted objects wait in quarantine: each collection's `quarantine_days` and Variable
+    blobgc_quarantine (kind or bucket -> days). A file that does not load here is left to the steps that check it
+    (the collections then take the Variable's days by bucket); a bad Variable fails the task."""
+    by_name = parse_days(variable(QUARANTINE_VARIABLE, None))
+    try:
+        declared = load_collections(default_bucket=blob_bucket())
+    except ConfigurationError as error:
+        log.warning(
+            "collections file unusable (%s): quarantine days come from Variable %s only", error, QUARANTINE_VARIABLE
+        )
+        declared = {}
+    return QuarantinePolicy(by_name, {c.name: c.quarantine_days for c in declared.values() if c.quarantine_days})
 
 
 def check_collection_buckets(default_s3, collections: list[BoundCollection]) -> None:

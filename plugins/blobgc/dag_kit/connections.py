@@ -185,3 +185,22 @@ class S3ByBucket:
 
     def get_bucket_versioning(self, **kwargs: Any) -> dict[str, Any]:
         return self.client_for(kwargs.get("Bucket")).get_bucket_versioning(**kwargs)
+
+    def get_bucket_lifecycle_configuration(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).get_bucket_lifecycle_configuration(**kwargs)
+
+    # copies go to the client of the target bucket (`Bucket`); blobgc copies only within a bucket
+    def copy_object(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).copy_object(**kwargs)
+
+    def create_multipart_upload(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).create_multipart_upload(**kwargs)
+
+    def upload_part_copy(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).upload_part_copy(**kwargs)
+
+    def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).complete_multipart_upload(**kwargs)
+
+    def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]:
+        return self.client_for(kwargs.get("Bucket")).abort_multipart_upload(**kwargs)

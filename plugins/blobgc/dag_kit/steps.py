@@ -33,7 +33,7 @@ from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_obj
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
-from blobgc.dag_kit.collections import s3_for_collections
+from blobgc.dag_kit.collections import quarantine_policy, s3_for_collections
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.params import S3_POOL
@@ -187,6 +187,7 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
             workers=OUTBOX_DRAINS,
             connect=step.connect,
             default_bucket=blob_bucket(),
+            quarantine=quarantine_policy(),
         )
         if fail_on_parked and (refusal := drain_refusal(result)) is not None:
             raise refusal  # a bucket missing or refusing blobgc: its keys stay owed, and no retry can fix it
@@ -200,6 +201,18 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
         return result
 
     return drain
+
+
+def purge_quarantine_step(task_id: str = "purge_quarantine", **task_kwargs: Any):
+    """The step that deletes the DAG's quarantine copies past their window and only then counts their bytes as
+    reclaimed (`blobgc.core.quarantine.purge_quarantine`; in pool blobgc_s3). A dry run reports what is due."""
+    from blobgc.core.quarantine import QuarantinePurge, purge_quarantine
+
+    @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
+    def purge(step: Step) -> QuarantinePurge:
+        return purge_quarantine(step.conn, s3_for_collections(step.s3), step.run)
+
+    return purge
 
 
 def purge_owed_cache_keys(task_id: str = "purge_cache_keys", **task_kwargs: Any):

@@ -28,7 +28,10 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    live database key by key (the report is hours old); a checkpoint per part. Either way, keys of no
    known layout (or no template of their collection) are reported, never deleted; rows whose object
    is missing are recorded, never "fixed".
-   Orphans are not deleted here: they go into the run's **plan** (`blobgc.plan_item`).
+   Orphans are not deleted here: they go into the run's **plan** (`blobgc.plan_item`), once found
+   orphaned on `confirmations` (default 2) consecutive real runs, this one included (each run's
+   sightings are kept in `blobgc.reconcile_sighting`; a key a row accounts for again, or whose object
+   was written again, starts over). The others are counted as waiting for confirmation.
 3. **gate** compares the plan with the median of the last real runs (Variable `blobgc_gate`); past the
    threshold it waits for a person to approve or reject. A dry run never waits.
 4. **owe_planned_objects** hands the plan's orphans to the outbox, each with the cut-off it was judged
@@ -75,6 +78,10 @@ dag = destructive_dag(
         listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
                              description="source=list: cut each shard into up to this many key ranges, listed by "
                                          "separate mapped tasks side by side."),
+        confirmations=Param(2, type="integer", minimum=1,
+                            description="Plan an orphan only once this many consecutive real runs (this one "
+                                        "included) found it orphaned, its object unchanged. A dry run records no "
+                                        "sighting. 1: plan on first sight."),
         **plan_params()),
     tags=["blobgc", "seed-001", "reconcile", "destructive"],
     doc_md=__doc__,

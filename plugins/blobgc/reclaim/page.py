@@ -186,6 +186,59 @@ def recent_runs_table(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def stored_still(report: dict[str, Any]) -> str:
+    """What deleted bytes are still stored: versioned buckets (flagged when no rule frees them), and quarantine."""
+    parts = ["<h2>Deleted, but still stored</h2>"]
+    flagged = [b for b in report.get("buckets", []) if b["keeps_every_version"]]
+    for b in flagged:
+        parts.append(
+            f'<p class="warning keeps-every-version" data-bucket="{html.escape(b["bucket"])}">'
+            f"<b>{html.escape(b['bucket'])}</b>: {html.escape(b['warning'])} "
+            f"({html.escape(human_bytes(b['bytes_noncurrent']))} deleted there in this window). Add a rule, e.g.: "
+            f"<code>{html.escape(b['suggested_rule'])}</code></p>"
+        )
+    for b in report.get("buckets", []):
+        if b["versioning"] in ("Enabled", "Suspended") and b["noncurrent_days"] is not None:
+            parts.append(
+                f'<p class="noncurrent" data-bucket="{html.escape(b["bucket"])}"><b>{html.escape(b["bucket"])}</b> '
+                f"is versioned; its lifecycle rule frees noncurrent versions after {b['noncurrent_days']} days "
+                f"({html.escape(human_bytes(b['bytes_noncurrent']))} deleted there in this window).</p>"
+            )
+    for b in report.get("buckets", []):
+        if b.get("delete_markers") and not b["expired_markers"]:
+            parts.append(
+                f'<p class="delete-markers" data-bucket="{html.escape(b["bucket"])}" '
+                f'data-markers="{b["delete_markers"]}"><b>{html.escape(b["bucket"])}</b>: blobgc left '
+                f"{b['delete_markers']:,} delete markers there in this window; no lifecycle rule removes them once "
+                "their versions expire (add ExpiredObjectDeleteMarker).</p>"
+            )
+    held = report.get("quarantine", [])
+    if held:
+        parts.append(
+            '<table id="quarantine"><tr><th>DAG</th><th>bucket</th><th>objects in quarantine</th><th>bytes</th>'
+            "<th>next purge due</th><th>last</th></tr>"
+        )
+        for q in held:
+            parts.append(
+                f'<tr data-dag="{html.escape(q["dag_id"])}" data-objects="{q["objects"]}" data-bytes="{q["bytes"]}">'
+                + _cells(q["dag_id"], q["bucket"])
+                + f'<td class="num">{q["objects"]:,}</td>'
+                + _cells(
+                    human_bytes(q["bytes"]),
+                    q["next_expiry"][:16].replace("T", " "),
+                    q["last_expiry"][:16].replace("T", " "),
+                )
+                + "</tr>"
+            )
+        parts.append("</table>")
+    if len(parts) == 1:
+        parts.append(
+            '<p id="stored-none" class="hint">Nothing: no quarantine holds deleted objects, and no '
+            "versioned bucket was deleted from.</p>"
+        )
+    return "".join(parts)
+
+
 def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> str:
     """The whole page: the charts (bytes or dollars, and objects) with a legend, the daily table, last runs, recent
     runs with their receipts, owed deletions, reconcile findings."""
@@ -222,22 +275,30 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
     )
     parts.append(
         f'<h2>Per day, DAG and dry-run flag ({view})</h2><table id="daily"><tr><th>day</th>'
-        "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes</th></tr>"
+        "<th>DAG</th><th>dry run</th><th>runs</th><th>rows</th><th>objects</th><th>bytes deleted</th>"
+        "<th>bytes reclaimed</th></tr>"
     )
     for r in reversed(report["daily"]):
         parts.append(
             f'<tr data-day="{r["day"]}" data-dag="{html.escape(r["dag_id"])}" '
             f'data-dry-run="{str(r["dry_run"]).lower()}" data-objects="{r["objects_deleted"]}" '
-            f'data-bytes="{r["bytes_reclaimed"]}" data-rows="{r["rows_deleted"]}" data-runs="{r["runs"]}">'
+            f'data-bytes="{r["bytes_reclaimed"]}" data-bytes-deleted="{r["bytes_deleted"]}" '
+            f'data-rows="{r["rows_deleted"]}" data-runs="{r["runs"]}">'
             + _cells(r["day"], r["dag_id"], "dry run" if r["dry_run"] else "real")
             + f'<td class="num">{r["runs"]:,}</td><td class="num">{r["rows_deleted"]:,}</td>'
             f'<td class="num">{r["objects_deleted"]:,}</td>'
+            f'<td class="num" title="{r["bytes_deleted"]} bytes">{html.escape(human_bytes(r["bytes_deleted"]))}</td>'
             f'<td class="num" title="{r["bytes_reclaimed"]} bytes">{html.escape(human_bytes(r["bytes_reclaimed"]))}'
             "</td></tr>"
         )
     if not report["daily"]:
-        parts.append('<tr><td colspan="7" class="none">no runs in this window</td></tr>')
-    parts.append("</table>")
+        parts.append('<tr><td colspan="8" class="none">no runs in this window</td></tr>')
+    parts.append(
+        "</table><p class='hint'>Bytes deleted left the buckets' view; bytes reclaimed left storage. The difference "
+        "waits in quarantine (reclaimed when purged) or stays as noncurrent versions on a versioned bucket (freed "
+        "only by a lifecycle rule).</p>"
+    )
+    parts.append(stored_still(report))
 
     parts.append(
         '<h2>Last runs: real next to dry run</h2><table id="last-runs"><tr><th>DAG</th>'

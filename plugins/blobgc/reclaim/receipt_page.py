@@ -74,7 +74,14 @@ def _run_table(r: dict[str, Any], root: str) -> str:
             run["objects_deleted"],
         ),
         _row(
-            "bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed"),
+            "bytes " + ("it would delete" if run["dry_run"] else "deleted"),
+            f'{e(human_bytes(r["storage"]["bytes_deleted"]))} <span class="hint">(out of the buckets\' view: '
+            "gone, in quarantine, or kept as noncurrent versions)</span>",
+            "bytes_deleted",
+            r["storage"]["bytes_deleted"],
+        ),
+        _row(
+            "bytes " + ("it would reclaim" if run["dry_run"] else "reclaimed (gone from storage)"),
             f'{e(human_bytes(run["bytes_reclaimed"]))} <span class="hint">({run["bytes_reclaimed"]:,} bytes; '
             f"{e(_bytes_source(r))})</span>",
             "bytes_reclaimed",
@@ -401,14 +408,65 @@ document.getElementById('undo-button').addEventListener('click', async (ev) => {
 </script>""" % {"header": UNDO_HEADER, "value": UNDO_HEADER_VALUE}
 
 
+def _storage(r: dict[str, Any]) -> str:
+    """Where the deleted bytes are: reclaimed, waiting in quarantine, or kept as noncurrent versions (and until when)."""
+    truth, parts = r["storage"], []
+    held = truth["quarantine"]
+    if held:
+        parts.append(
+            f'<p id="quarantine">{held["objects"]:,} objects ({e(human_bytes(held["bytes"]))}) went into quarantine '
+            f"for {held['days']} days: {held['held']:,} held ({e(human_bytes(held['bytes_held']))}"
+            + (f", until {e(when(held['last_expiry']))} at the latest" if held["last_expiry"] else "")
+            + f"), {held['purged']:,} purged ({e(human_bytes(held['bytes_purged']))}, counted as reclaimed then), "
+            f'{held["restored"]:,} brought back by an undo. <span class="hint">Cost: '
+            f"{e(usd_text(truth['usd_copy_requests']))} of copy requests, and "
+            f"{e(usd_text(truth['usd_quarantine_storage']))} of storage while they wait.</span></p>"
+        )
+    for b in truth["buckets"]:
+        if b["delete_markers"]:
+            parts.append(
+                f'<p class="delete-markers" data-bucket="{e(b["bucket"])}" data-markers="{b["delete_markers"]}">'
+                f"<b>{e(b['bucket'])}</b>: {b['delete_markers']:,} delete markers left, each an expired-object delete "
+                "marker once its noncurrent version expires: "
+                + (
+                    "the bucket's lifecycle rule removes them."
+                    if b["expired_markers"]
+                    else "no rule removes them (add ExpiredObjectDeleteMarker to a lifecycle rule)."
+                )
+                + "</p>"
+            )
+        if not b["bytes_noncurrent"]:
+            continue
+        if b["keeps_every_version"]:
+            parts.append(
+                f'<p class="warning keeps-every-version" data-bucket="{e(b["bucket"])}"><b>{e(b["bucket"])}</b>: '
+                f"{e(b['warning'])}. {e(human_bytes(b['bytes_noncurrent']))} deleted here are still stored. Add a "
+                f"rule, e.g.: <code>{e(b['suggested_rule'])}</code></p>"
+            )
+        else:
+            parts.append(
+                f'<p class="noncurrent" data-bucket="{e(b["bucket"])}"><b>{e(b["bucket"])}</b> is versioned: '
+                f"{e(human_bytes(b['bytes_noncurrent']))} deleted here stay stored as noncurrent versions until "
+                f"its lifecycle rule expires them after {b['noncurrent_days']} days: freed by "
+                f"{e(when(b['freed_by']))}.</p>"
+            )
+    if not parts:
+        return (
+            '<p id="storage-none" class="hint">Every byte deleted is reclaimed: nothing waits in quarantine, and '
+            "no versioned bucket keeps a noncurrent version of it.</p>"
+        )
+    return '<div id="storage">' + "".join(parts) + "</div>"
+
+
 def _undo(r: dict[str, Any], root: str, may_undo: bool, paused: bool | None) -> str:
     run = r["run"]
     if run["dry_run"]:
         return '<p id="undo-none" class="hint">A dry run deleted nothing: there is nothing to undo.</p>'
     if not r["undoable"]:
         return (
-            '<p id="undo-none" class="hint">This run cannot be undone: its deletions left no version ids (the '
-            "bucket was not versioned, or nothing was deleted), so blobgc_restore cannot bring the bytes back.</p>"
+            '<p id="undo-none" class="hint">This run cannot be undone: its deletions left no version ids and '
+            "nothing of it waits in quarantine (the bucket was not versioned and had no quarantine, its quarantine "
+            "was purged, or nothing was deleted), so blobgc_restore cannot bring the bytes back.</p>"
         )
     if not may_undo:
         return (
@@ -426,8 +484,8 @@ def _undo(r: dict[str, Any], root: str, may_undo: bool, paused: bool | None) -> 
     )
     return (
         f'<p><button id="undo-button" type="button" data-url="{e(url)}">Undo this run</button> '
-        '<span class="hint">triggers blobgc_restore for this run as you: it removes the delete markers this '
-        "run left and puts back the rows it can.</span></p>"
+        '<span class="hint">triggers blobgc_restore for this run as you: it copies back what waits in '
+        "quarantine, removes the delete markers this run left, and puts back the rows it can.</span></p>"
         f'{note}<p id="undo-result" class="hint" aria-live="polite"></p>{UNDO_SCRIPT}'
     )
 
@@ -453,6 +511,8 @@ def render_receipt(
             f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
             f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
             _run_table(r, root),
+            "<h2>Where the deleted bytes are</h2>",
+            _storage(r),
             "<h2>Planned, and what became of each key</h2>",
             _figures(r),
             _not_planned(r),

@@ -17,11 +17,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
+from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, suggested_rule
 from blobgc.core.plans import COUNTED_SIZE_SOURCE, execution_figures, plan_figures, plan_size
-from blobgc.core.sizes import S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
+from blobgc.core.sizes import S3_COPY_USD_PER_1000, S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
 
 MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "version_id")
 RESTORE_DAG_ID = "blobgc_restore"
+COPY_REQUESTS = "COPY_REQUESTS_PER_1000"  # Variable blobgc_storage_prices' entry: USD per 1,000 copy requests
 
 
 def run_keys_query(wrapper: str | None = None) -> sql.SQL | sql.Composed:
@@ -32,10 +34,13 @@ def run_keys_query(wrapper: str | None = None) -> sql.SQL | sql.Composed:
     return sql.SQL(queries.load(f"receipts/{wrapper}")).format(run_keys=keys)
 
 
-def storage_price(conn: psycopg.Connection, storage_class: str = "STANDARD") -> float:
-    """USD per GB-month of a storage class (blobgc.storage_price, kept from Variable blobgc_storage_prices)."""
+def storage_price(
+    conn: psycopg.Connection, storage_class: str = "STANDARD", default: float = S3_STANDARD_USD_PER_GB_MONTH
+) -> float:
+    """USD per GB-month of a storage class (blobgc.storage_price, kept from Variable blobgc_storage_prices), or of
+    another entry of the Variable (`COPY_REQUESTS`: USD per 1,000 copy requests)."""
     row = conn.execute(queries.load("report/select_storage_price"), {"storage_class": storage_class}).fetchone()
-    return float(row[0]) if row else S3_STANDARD_USD_PER_GB_MONTH  # while blobgc.storage_price says nothing
+    return float(row[0]) if row else default  # while blobgc.storage_price says nothing
 
 
 def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, Any] | None:
@@ -65,7 +70,10 @@ def collect_receipt(
         undos = cur.execute(queries.load("receipts/select_undo_requests"), ids).fetchall()
         recorded = cur.execute(queries.load("receipts/select_not_planned"), ids).fetchone()
         not_planned = recorded["not_planned"] if recorded else None
+        quarantine = cur.execute(queries.load("receipts/summarize_quarantine"), ids).fetchone()
+        buckets = cur.execute(queries.load("receipts/select_run_buckets"), ids).fetchall()
         price = storage_price(conn)
+        copy_price = storage_price(conn, COPY_REQUESTS, S3_COPY_USD_PER_1000)
     planned, _per_collection = plan_size(conn, dag_id, plan_run_id)
     has_plan = bool(planned.rows or planned.objects)  # every plan item has rows or keys
     done = execution_figures(conn, dag_id, run_id)
@@ -94,10 +102,44 @@ def collect_receipt(
         "sample_keys": [jsonable(k) for k in keys],
         "usd_per_gb_month": price,
         "usd_per_month_saved": usd_per_month(run["bytes_reclaimed"], price),
-        "undoable": (not run["dry_run"]) and bool(deleted and deleted["with_version_id"]),
+        "storage": storage_truth(run, quarantine, buckets, price, copy_price),
+        "undoable": (not run["dry_run"])
+        and bool((deleted and deleted["with_version_id"]) or (quarantine and quarantine["held"])),
         "restore": {"items": [jsonable(r) for r in restored], "requests": [jsonable(u) for u in undos]},
         # collection -> rows (or keys) considered and why those not planned were not (sweep, reconcile); or None
         "not_planned": not_planned if isinstance(not_planned, dict) and not_planned else None,
+    }
+
+
+def storage_truth(
+    run: dict[str, Any],
+    quarantine: dict[str, Any] | None,
+    buckets: list[dict[str, Any]],
+    usd_per_gb_month: float,
+    usd_per_1000_copies: float,
+) -> dict[str, Any]:
+    """The three amounts of a run's deletions: bytes *deleted* (out of the buckets' view), bytes *reclaimed* (gone from
+    storage), and what is still stored (in quarantine until its window ends, or noncurrent versions until a lifecycle
+    rule frees them, or for good where no rule does), with the copies' request cost and quarantine's storage cost."""
+    held = dict(quarantine or {})
+    days = held.get("days") or 0
+    flagged = [b["bucket"] for b in buckets if b["bytes_noncurrent"] and b["noncurrent_days"] is None]
+    return {
+        "bytes_deleted": run.get("bytes_deleted", run["bytes_reclaimed"]),
+        "bytes_reclaimed": run["bytes_reclaimed"],
+        "quarantine": jsonable(held) if held.get("objects") else None,
+        "buckets": [
+            {
+                **jsonable(b),
+                "keeps_every_version": b["bucket"] in flagged,
+                "warning": KEEPS_EVERY_VERSION if b["bucket"] in flagged else None,
+                "suggested_rule": suggested_rule(b["bucket"]) if b["bucket"] in flagged else None,
+            }
+            for b in buckets
+        ],
+        "keeps_every_version": flagged,
+        "usd_copy_requests": round((held.get("objects") or 0) / 1000 * usd_per_1000_copies, 6),
+        "usd_quarantine_storage": round(usd_per_month(held.get("bytes") or 0, usd_per_gb_month) * days / 30, 6),
     }
 
 
@@ -114,9 +156,21 @@ def undo_refusal(conn: psycopg.Connection, dag_id: str, run_id: str) -> str | No
     if not deleted:
         return "this run deleted no object: there is nothing to undo"
     if not deleted["with_version_id"]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            held = cur.execute(
+                queries.load("receipts/summarize_quarantine"), {"dag_id": dag_id, "run_id": run_id}
+            ).fetchone()
+        if held and held["held"]:
+            return None  # undone from quarantine
+        if held and held["purged"]:
+            return (
+                f"this run's {held['purged']} quarantined objects were purged (the last at "
+                f"{held['last_purged_at']:%Y-%m-%d %H:%M} UTC, after their {held['days']}-day window): the bytes are "
+                "gone for good and blobgc_restore cannot bring them back"
+            )
         return (
-            "this run's deletions left no version ids: its bucket was not versioned, so the bytes are gone "
-            "for good and blobgc_restore cannot bring them back"
+            "this run's deletions left no version ids and went through no quarantine: its bucket was not "
+            "versioned, so the bytes are gone for good and blobgc_restore cannot bring them back"
         )
     return None
 

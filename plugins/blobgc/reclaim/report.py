@@ -2,7 +2,8 @@
 
 Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last
 real and dry runs of each DAG, the owed deletions (parked ones too), the latest reconcile's findings, the most
-recent runs and the S3 Standard price (blobgc.storage_price), in one read-only pass. Given `dag_ids` (the DAGs
+recent runs, the buckets' versioning and lifecycle as runs found them, what waits in quarantine, and the S3 Standard
+price (blobgc.storage_price), in one read-only pass. Given `dag_ids` (the DAGs
 whose runs the reader may read, `blobgc.reclaim.run_access`), every figure, run and owed deletion of another DAG
 is left out, and reconcile's findings unless blobgc_reconcile is among them.
 """
@@ -17,6 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
+from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, suggested_rule
 from blobgc.reclaim.receipts import storage_price
 
 RECONCILE_DAG_ID = "blobgc_reconcile"  # the DAG whose runs record blobgc.reconcile_finding
@@ -76,6 +78,10 @@ def collect_report(
         recent_runs = cur.execute(
             queries.load("report/select_runs"), {"dag_id": None, "run_id": None, "dag_ids": scope, "limit": recent}
         ).fetchall()
+        buckets = cur.execute(
+            queries.load("report/select_bucket_states"), {"since": since, "dag_ids": scope}
+        ).fetchall()
+        held = cur.execute(queries.load("report/select_quarantine_held"), {"dag_ids": scope}).fetchall()
         price = storage_price(conn)
     return {
         "since": since.isoformat(),
@@ -88,11 +94,29 @@ def collect_report(
         "recent_runs": [_jsonable(r) for r in recent_runs],
         "usd_per_gb_month": price,
         "owed": [_jsonable(r) for r in owed],
+        # versioned buckets as last found: one keeping every deleted version (no noncurrent rule) is flagged
+        "buckets": [
+            {
+                **_jsonable(b),
+                "keeps_every_version": b["versioning"] in VERSIONED and b["noncurrent_days"] is None,
+                "warning": KEEPS_EVERY_VERSION
+                if b["versioning"] in VERSIONED and b["noncurrent_days"] is None
+                else None,
+                "suggested_rule": suggested_rule(b["bucket"])
+                if b["versioning"] in VERSIONED and b["noncurrent_days"] is None
+                else None,
+            }
+            for b in buckets
+        ],
+        "quarantine": [_jsonable(q) for q in held],
         "reconcile": {
             "run_id": findings[0]["run_id"] if findings else None,
             "findings": [_jsonable({k: v for k, v in r.items() if k != "run_id"}) for r in findings],
         },
     }
+
+
+VERSIONED = ("Enabled", "Suspended")
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -5,8 +5,9 @@ row, one query asks which of a batch's rows exist) or a collection (`BoundCollec
 keys some row forms, exactly). A key its owner accounts for is left alone; one of no shape the owner knows
 is reported, never deleted; any other is an orphan once older than the cut-off (`check_age_floor`), else
 too young to judge. A page's or batch's findings are recorded in one transaction with its checkpoint:
-orphans planned (owed after the gate, checked again by the drain under the layout's guard), unknown keys
-and missing objects reported, the checkpoint moved past it so that a retry resumes there.
+orphans confirmed over several runs (`blobgc.collectors.reconcile.sightings`) planned (owed after the gate, checked
+again by the drain under the layout's guard), the others counted as waiting, unknown keys and missing objects
+reported, the checkpoint moved past it so that a retry resumes there.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ MIN_AGE_FLOOR_HOURS = 1
 # An inventory part's two phases (blobgc.reconcile_checkpoint.inventory_phase; NULL for a listed shard): the
 # report's keys no row forms, then the keys rows must have that the report lacks.
 LEFTOVERS, LACKING = "leftovers", "lacking"
+WAITING_SAMPLE = 5  # keys of the orphans waiting for confirmation kept per shard for the report, and logged
 
 Owner = KeySource | BoundCollection  # what accounts for a key
 
@@ -62,7 +64,10 @@ class Findings:
 
     considered: int = 0  # keys judged (in the run's scope)
     accounted: int = 0  # of them, keys a row accounts for
-    orphans: list[tuple[str, int]] = field(default_factory=list)  # (key, size): no row, older than the cut-off
+    # (key, size, LastModified): no row, older than the cut-off; once confirmed (`sightings.confirm_orphans`), those
+    # found orphaned on `confirmations` real runs in a row, planned
+    orphans: list[tuple[str, int, datetime]] = field(default_factory=list)
+    waiting: list[tuple[str, int]] = field(default_factory=list)  # (key, size): orphans waiting for confirmation
     young: int = 0  # keys no row accounts for, too young to judge
     first_young: datetime | None = None  # the oldest LastModified among them: when the first becomes eligible
     unknown: list[tuple[str, str | None]] = field(default_factory=list)  # (key, its collection's source or None)
@@ -70,14 +75,14 @@ class Findings:
 
     @property
     def orphan_bytes(self) -> int:
-        return sum(size for _, size in self.orphans)
+        return sum(size for _, size, _ in self.orphans)
 
     def judge(self, key: str, size: int, modified: datetime, cutoff: datetime, *, accounted: bool) -> None:
         """Count a key of a known shape: accounted for, an orphan (older than `cutoff`), or too young to judge."""
         if accounted:
             self.accounted += 1
         elif modified < cutoff:
-            self.orphans.append((key, size))
+            self.orphans.append((key, size, modified))
         else:
             self.young += 1
             if self.first_young is None or modified < self.first_young:
@@ -118,19 +123,20 @@ def plan_orphans(
     conn: psycopg.Connection,
     run: RunRef,
     owner: Owner,
-    orphans: list[tuple[str, int]],
+    orphans: list[tuple[str, int, datetime]],
     *,
     part: str,
     bucket: str,
     cutoff: datetime,
     counts_part: str | None = None,
 ) -> None:
-    """Plan one owner's orphans in `part` (owed after the gate, `blobgc.core.plans.owe_planned_objects`), in items of
-    PAGE keys that carry the cut-off: the drain asks the store about each just before deleting it and keeps one
-    written since. On a dry run the items are its report (`add_plan_item` logs and counts them under `counts_part`)."""
+    """Plan one owner's confirmed orphans in `part` (owed after the gate, `blobgc.core.plans.owe_planned_objects`),
+    in items of PAGE keys that carry the cut-off: the drain asks the store about each just before deleting it and keeps
+    one written since. On a dry run the items are its report (`add_plan_item` logs and counts them under
+    `counts_part`)."""
     collection = owner.name if isinstance(owner, BoundCollection) else None
     source = owner_source(owner)
-    keys, sizes = [k for k, _ in orphans], [s for _, s in orphans]
+    keys, sizes = [k for k, _, _ in orphans], [s for _, s, _ in orphans]
     plan_objects(
         conn,
         run,
@@ -210,5 +216,7 @@ def advance_checkpoint(
             "considered": found.considered,
             "accounted": found.accounted,
             "first_eligible_at": found.first_young + age_floor if found.first_young else None,
+            "waiting": len(found.waiting),
+            "waiting_sample": [key for key, _ in found.waiting[:WAITING_SAMPLE]],
         },
     )

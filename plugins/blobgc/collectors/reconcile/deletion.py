@@ -1,7 +1,8 @@
 """Bucket-vs-database reconciliation as a planned deletion of objects alone (`blobgc.engine.Deletion`), which
 `blobgc_reconcile` is built from: the run's shards (a prefix of a bucket, or a key range of one, or a bucket's
 newest inventory report), each reconciled by its own task into the plan; the engine owes the planned orphans after
-the gate and the drain deletes them, checking each again."""
+the gate and the drain deletes them, checking each again. An orphan is planned once `confirmations` consecutive
+real runs found it orphaned (`blobgc.collectors.reconcile.sightings`)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ class Reconcile(Deletion):
                 part.inventory,
                 cutoff=cutoff,
                 max_age_hours=work.params["max_inventory_age_hours"],
+                confirmations=work.params["confirmations"],
             )
         return listing.reconcile_shard(
             work.conn,
@@ -90,6 +92,7 @@ class Reconcile(Deletion):
             part,
             bucket=bucket,
             cutoff=cutoff,
+            confirmations=work.params["confirmations"],
             collection=self.collections.one(work.conn, part.collection) if part.collection else None,
             bucket_origin=self.bucket_origin(),
         )

@@ -12,7 +12,8 @@ already lists every key with its size and LastModified, so one task per bucket:
    joined alone so memory stays bounded at any scale;
 4. checks each part's leftovers against the live database exactly as a listing's page is checked
    (`checks.judge_keys`: a key's layout or template names its row; one query per 1000 keys). Orphans older than the
-   cut-off by the report are owed through the same deletion log and outbox as listed ones. The
+   cut-off by the report, and found orphaned on `confirmations` real runs in a row (`sightings`, whichever source
+   found them), are owed through the same deletion log and outbox as listed ones. The
    report is hours old, so their log rows carry the cut-off: the drain, under each layout's guard
    and just before deleting, asks the store for each object now (`blobgc.core.outbox`). An object
    written again since is kept (its row may be on its way), one deleted since is settled as
@@ -47,6 +48,7 @@ from blobgc.collectors.reconcile.checks import (
     LACKING,
     LEFTOVERS,
     PAGE,
+    WAITING_SAMPLE,
     Findings,
     Owner,
     advance_checkpoint,
@@ -59,6 +61,7 @@ from blobgc.collectors.reconcile.checks import (
     report_findings,
 )
 from blobgc.collectors.reconcile.shards import Shard, ShardResult, sources_in_run
+from blobgc.collectors.reconcile.sightings import Passes, confirm_orphans, start_pass
 from blobgc.core import queries
 from blobgc.core.collections import BoundCollection
 from blobgc.core.inventory_reports import (
@@ -73,6 +76,7 @@ from blobgc.core.inventory_reports import (
 )
 from blobgc.core.keys import KeySource
 from blobgc.core.objects import ObjectStore, object_stats
+from blobgc.core.quarantine import in_quarantine
 from blobgc.core.runs import RunRef
 
 log = logging.getLogger(__name__)
@@ -210,6 +214,8 @@ def classify(
     """Check inventory keys that no formed key matched against the live database, as a listing's page is."""
     by_owner: dict[int, tuple[Owner, list[tuple[str, int, datetime]]]] = {}
     for key, size, modified_ms in items:
+        if in_quarantine(key):
+            continue  # a deleted object waiting in quarantine: never an orphan, never an unknown key
         owned = scope.owner(key)
         if owned is None or not scope.within(owned[1]):
             continue
@@ -244,17 +250,20 @@ def record_batch(
     found: Findings,
     result: ShardResult,
     cutoff: datetime,
+    passes: Passes,
 ) -> None:
-    """Plan a batch's orphans and record its findings (inside the batch's transaction); add them to `result`.
+    """Plan a batch's orphans found on enough real runs in a row (`sightings.confirm_orphans`; the others wait) and
+    record its findings (inside the batch's transaction); add them to `result`.
 
     The orphans are judged by the report's LastModified, hours old: their plan items carry the cut-off, and the drain
     asks the store about each just before deleting it (`blobgc.core.outbox`): an object written again since is
     kept (its row may be on its way), one deleted since is settled as absent, never counted, never an error. A dry
     run's report counts each collection's under a part of its own."""
-    by_owner: dict[str, tuple[Owner, list[tuple[str, int]]]] = {}
-    for key, size in found.orphans:
-        owner = scope.owner(key)[0]  # type: ignore[index]
-        by_owner.setdefault(owner_source(owner), (owner, []))[1].append((key, size))  # type: ignore[arg-type]
+    confirm_orphans(conn, passes, scope.bucket, found)
+    by_owner: dict[str, tuple[Owner, list[tuple[str, int, datetime]]]] = {}
+    for orphan in found.orphans:
+        owner = scope.owner(orphan[0])[0]  # type: ignore[index]
+        by_owner.setdefault(owner_source(owner), (owner, []))[1].append(orphan)  # type: ignore[arg-type]
     for owner, orphans in by_owner.values():
         collection = owner.name if isinstance(owner, BoundCollection) else None
         plan_orphans(
@@ -281,6 +290,7 @@ def reconcile_part(
     p: int,
     parts: int,
     cutoff: datetime,
+    passes: Passes,
     age_floor: timedelta = timedelta(0),
 ) -> ShardResult:
     """One part of the anti-join, a batch of up to 1000 keys at a time, each batch recorded in its own transaction
@@ -300,7 +310,7 @@ def reconcile_part(
             found = Findings()
             classify(conn, scope, batch, cutoff, found)
             with conn.transaction():
-                record_batch(conn, run, scope, name, found, result, cutoff)
+                record_batch(conn, run, scope, name, found, result, cutoff, passes)
                 advance_checkpoint(
                     conn,
                     run,
@@ -325,7 +335,7 @@ def reconcile_part(
             present = object_stats(s3, scope.bucket, [k for k, _ in owned])
             found.missing = [(key, source.name) for key, source in owned if key not in present]
         with conn.transaction():
-            record_batch(conn, run, scope, name, found, result, cutoff)
+            record_batch(conn, run, scope, name, found, result, cutoff, passes)
             advance_checkpoint(
                 conn, run, name, start_after=batch[-1][0], found=found, scope=scope.bucket, inventory_phase=LACKING
             )
@@ -365,11 +375,13 @@ def reconcile_from_inventory(
     *,
     cutoff: datetime,
     max_age_hours: float,
+    confirmations: int,
     workdir: Path | None = None,
     memory_limit: str = "1GB",
     part_rows: int = PART_ROWS,
 ) -> ShardResult:
-    """Reconcile one bucket from the report at `manifest` (`s3://bucket/key` of its manifest.json).
+    """Reconcile one bucket from the report at `manifest` (`s3://bucket/key` of its manifest.json), planning the
+    orphans found on `confirmations` real runs in a row (`sightings`).
 
     `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
     """
@@ -385,6 +397,7 @@ def reconcile_from_inventory(
         configuration=configuration,
     )
     report.check_age(run.reference_time or datetime.now(UTC), max_age_hours)
+    passes = start_pass(conn, run, confirmations)
     result = ShardResult(f"inventory of {scope.bucket}")
     base = Path(workdir or tempfile.gettempdir())
     with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=base) as scratch_dir:
@@ -413,7 +426,7 @@ def reconcile_from_inventory(
             for p, name in enumerate(names):
                 if name in done:
                     continue
-                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff, age_floor)
+                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff, passes, age_floor)
                 for total in (
                     "keys_checked",
                     "orphans",
@@ -422,11 +435,14 @@ def reconcile_from_inventory(
                     "unknown_keys",
                     "missing_objects",
                     "accounted",
+                    "waiting",
                 ):
                     setattr(result, total, getattr(result, total) + getattr(part, total))
+                result.waiting_sample += part.waiting_sample[: WAITING_SAMPLE - len(result.waiting_sample)]
                 result.pages += 1
     log.info(
         "%s from its inventory: %d keys in %d part(s), %d accounted for by rows; %d orphans (%d bytes) %s, "
+        "%d seen orphaned on fewer than %d real runs in a row, waiting for confirmation%s, "
         "%d too young to judge, %d of unknown layout, %d rows missing their object",
         scope.bucket,
         result.keys_checked,
@@ -435,6 +451,9 @@ def reconcile_from_inventory(
         result.orphans,
         result.orphan_bytes,
         "would go" if run.dry_run else "owed",
+        result.waiting,
+        confirmations,
+        f" (e.g. {', '.join(result.waiting_sample)})" if result.waiting_sample else "",
         result.too_young,
         result.unknown_keys,
         result.missing_objects,

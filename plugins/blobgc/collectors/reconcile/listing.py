@@ -2,8 +2,9 @@
 
 1. list one page (up to 1000 keys) after the shard's checkpoint (the next page is fetched meanwhile);
 2. ask the database, one query per page, which of the page's keys a row accounts for (`checks.judge_keys`);
-3. the keys no row accounts for and whose `LastModified` is older than the cutoff are orphans: planned, and
-   owed after the gate (deleted by the drain, under the sources' key guards);
+3. the keys no row accounts for and whose `LastModified` is older than the cutoff are orphans: those found
+   orphaned on `confirmations` real runs in a row (`sightings`) are planned, and owed after the gate (deleted by
+   the drain, under the sources' key guards), the others wait;
 4. keys that match no known layout are recorded as findings, never deleted;
 5. rows of the page's id range whose objects are not in the listing are recorded as missing objects, never
    "fixed";
@@ -42,10 +43,12 @@ from blobgc.collectors.reconcile.checks import (
     report_findings,
 )
 from blobgc.collectors.reconcile.shards import Shard, ShardResult
+from blobgc.collectors.reconcile.sightings import confirm_orphans, start_pass
 from blobgc.core import queries
 from blobgc.core.collections import BoundCollection, collection_of_source
 from blobgc.core.keys import KeySource
 from blobgc.core.objects import HIGHEST, ObjectStore, key_before
+from blobgc.core.quarantine import in_quarantine
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, collection_origin, naming_bucket
 from blobgc.core.runs import RunRef
 
@@ -170,12 +173,14 @@ def reconcile_shard(
     *,
     bucket: str,
     cutoff: datetime,
+    confirmations: int,
     page_size: int = PAGE,
     collection: BoundCollection | None = None,
     bucket_origin: str = RUN_BUCKET_VARIABLE,
 ) -> ShardResult:
-    """Reconcile one shard from its checkpoint to its end (see the module docstring); a collection's shard needs
-    the collection, bound (`collection`). A bucket that is missing or refuses the listing fails it at once, named
+    """Reconcile one shard from its checkpoint to its end (see the module docstring), planning the orphans found on
+    `confirmations` real runs in a row (`sightings`); a collection's shard needs the collection, bound
+    (`collection`). A bucket that is missing or refuses the listing fails it at once, named
     with what points at it (the collection, or `bucket_origin` for the run's `bucket`)."""
     source: KeySource | BoundCollection | None
     if shard.collection is not None:
@@ -197,13 +202,16 @@ def reconcile_shard(
     if checkpoint and checkpoint.done:
         log.info("shard %s was already reconciled by this run", shard.name)
         return result
+    passes = start_pass(conn, run, confirmations)
     start_after = checkpoint.start_after if checkpoint else ""
     result.resumed_after = start_after
     if start_after:
         log.info("shard %s resumes after %s", shard.name, start_after)
     for contents, last_page in pages_naming_bucket(s3, bucket, shard, start_after, page_size, bucket_origin):
-        page = check_page(conn, source, shard, contents, cutoff, start_after, last_page)
+        listed = [c for c in contents if not in_quarantine(c["Key"])]  # deleted objects waiting: never judged
+        page = check_page(conn, source, shard, listed, cutoff, start_after, last_page)
         with conn.transaction():
+            confirm_orphans(conn, passes, bucket, page)  # those found on too few real runs in a row wait
             if page.orphans and source is not None:
                 plan_orphans(conn, run, source, page.orphans, part=shard.checkpoint, bucket=bucket, cutoff=cutoff)
             report_findings(conn, run, bucket, page)
@@ -224,8 +232,9 @@ def reconcile_shard(
         result.keys_checked += page.considered
         result.add(page)
     log.info(
-        "shard %s: %d keys in %d pages, %d accounted for by rows; %d orphans (%d bytes) %s, %d too young to "
-        "judge, %d of unknown layout, %d rows missing their object",
+        "shard %s: %d keys in %d pages, %d accounted for by rows; %d orphans (%d bytes) %s, %d seen orphaned "
+        "on fewer than %d real runs in a row, waiting for confirmation%s, %d too young to judge, %d of unknown "
+        "layout, %d rows missing their object",
         shard.name,
         result.keys_checked,
         result.pages,
@@ -233,6 +242,9 @@ def reconcile_shard(
         result.orphans,
         result.orphan_bytes,
         "would go" if run.dry_run else "planned",
+        result.waiting,
+        confirmations,
+        f" (e.g. {', '.join(result.waiting_sample)})" if result.waiting_sample else "",
         result.too_young,
         result.unknown_keys,
         result.missing_objects,

@@ -21,13 +21,14 @@ from itertools import pairwise
 import psycopg
 
 from blobgc.collectors.reconcile import KEY_SOURCES, present_sources
-from blobgc.collectors.reconcile.checks import Findings
+from blobgc.collectors.reconcile.checks import WAITING_SAMPLE, Findings
 from blobgc.core import queries
 from blobgc.core.collections import BoundCollection
 from blobgc.core.keys import KeySource
 from blobgc.core.objects import ObjectStore, leading_shards
+from blobgc.core.quarantine import in_quarantine
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, check_buckets, collection_origin, run_bucket_origin
-from blobgc.core.results import TaskResult
+from blobgc.core.results import TaskResult, local
 
 MAX_SPLIT_DEPTH = 3  # characters past a shard's prefix that `split_shard` looks at, at most
 
@@ -85,11 +86,15 @@ class ShardResult(TaskResult):
     missing_objects: int = 0
     resumed_after: str = ""
     accounted: int = 0
+    waiting: int = 0  # orphans found on fewer real runs in a row than Param `confirmations`: not planned yet
+    waiting_sample: list[str] = local()  # a few of their keys, for the task's log
 
     def add(self, found: Findings) -> None:
         """Count a page's or a batch's findings in (the keys checked and the pages are counted by the caller)."""
         self.accounted += found.accounted
         self.orphans += len(found.orphans)
+        self.waiting += len(found.waiting)
+        self.waiting_sample += [key for key, _ in found.waiting[: WAITING_SAMPLE - len(self.waiting_sample)]]
         self.orphan_bytes += found.orphan_bytes
         self.too_young += found.young
         self.unknown_keys += len(found.unknown)
@@ -159,6 +164,8 @@ def discover_shards(
         loose = False
         for page in top:
             for folder in page.get("CommonPrefixes") or []:
+                if in_quarantine(folder["Prefix"]):
+                    continue  # deleted objects waiting in quarantine: never orphans, never unknown keys
                 if folder["Prefix"] not in known and not any(c.startswith(folder["Prefix"]) for c in claimed):
                     shards.append(Shard(folder["Prefix"], None))
             loose = loose or bool(page.get("Contents"))

@@ -26,6 +26,7 @@ from botocore.exceptions import ClientError
 
 from blobgc.core.objects import ObjectStore, leading_shards, listing
 from blobgc.core.plans import plan_listed_objects
+from blobgc.core.quarantine import in_quarantine
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef
 from blobgc.core.settings import MEDIA_PRESIGN_SECONDS, ConfigurationError, MediaSettings
@@ -143,6 +144,8 @@ def plan_stale_staging(
     cutoff = min(cutoff, datetime.now(UTC) - floor)
     keys, sizes, fresh, unexpected = [], [], 0, []
     for o in listing(s3, shard.bucket, shard.prefix):
+        if in_quarantine(o["Key"]):
+            continue
         if not layout.fullmatch(o["Key"]):
             unexpected.append(o["Key"])
         elif o["LastModified"] < cutoff:
@@ -207,6 +210,8 @@ def users_in(s3: ObjectStore, shard: MediaShard) -> Iterator[UserObjects]:
     current, objects = None, UserObjects({}, {})
     master, thumb = (MASTER, THUMB) if shard.kind == "image" else (PROFILE_MASTER, PROFILE_THUMB)
     for o in listing(s3, shard.bucket, shard.prefix):
+        if in_quarantine(o["Key"]):
+            continue  # a deleted object waiting in quarantine: neither a master nor a thumbnail
         user = o["Key"].split("/", 1)[0]
         if user != current:
             if current is not None:
