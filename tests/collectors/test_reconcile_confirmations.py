@@ -107,7 +107,12 @@ def test_a_dry_run_records_no_sighting_and_reports_what_it_would_delete_and_what
     assert real_run(conn, s3, bucket, "r1") == set()  # the dry run did not count: this is the first sight
     second = new_run(conn, "d2", dry_run=True)
     reconcile_all(conn, s3, bucket, second, confirmations=2)
-    assert planned(conn, second) == {ORPHAN} and summarize(conn, second)["waiting"] == 0  # r1 + this one
+    # a dry run is no sighting of its own: one real run saw it, so it waits (its plan, executed, would delete nothing)
+    assert planned(conn, second) == set() and summarize(conn, second)["waiting"] == 1
+    assert real_run(conn, s3, bucket, "r2", confirmations=3) == set()  # a second real sighting (3 asked: it waits)
+    third = new_run(conn, "d3", dry_run=True)
+    reconcile_all(conn, s3, bucket, third, confirmations=2)
+    assert planned(conn, third) == {ORPHAN} and summarize(conn, third)["waiting"] == 0  # two real runs in a row
     assert object_keys(s3, bucket) == {ORPHAN}
 
 

@@ -217,3 +217,48 @@ def test_the_delete_markers_a_versioned_bucket_keeps_are_counted_as_a_cleanup_it
     later, _, more = swept_run(conn, s3, versioned_bucket, "manual__v_markers_2")
     [b] = collect_receipt(conn, "blobgc_sweep", later.run_id)["storage"]["buckets"]
     assert (b["delete_markers"], b["expired_markers"], b["noncurrent_days"]) == (2 * len(more), True, 7)
+
+
+class WritesDuringCopy:
+    """A real S3 client under which the application writes `key` again just after blobgc copied it."""
+
+    def __init__(self, inner, key: str):
+        self.inner, self.key, self.done = inner, key, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def copy_object(self, **kwargs):
+        answer = self.inner.copy_object(**kwargs)
+        if kwargs["CopySource"]["Key"] == self.key and not self.done:
+            self.done = True
+            self.inner.put_object(Bucket=kwargs["Bucket"], Key=self.key, Body=b"written during the copy")
+        return answer
+
+
+def test_an_object_written_again_while_it_was_copied_is_not_deleted_until_copied_again(conn, s3, bucket):
+    from blobgc.core.outbox import delete_owed_objects
+
+    run, _, garbage = swept_run(conn, s3, bucket, "manual__q_race", n=2, drain=False)
+    raw, thumb = blob_keys(garbage[0])
+    policy = QuarantinePolicy({bucket: DAYS})
+    first = delete_owed_objects(conn, WritesDuringCopy(s3, raw), run, quarantine=policy)
+    assert (first.quarantined, first.failed) == (1, 1)
+    assert s3.get_object(Bucket=bucket, Key=raw)["Body"].read() == b"written during the copy"  # not deleted
+    copy = quarantine_key("blobgc_sweep", run.run_id, raw)
+    assert copy not in object_keys(s3, bucket)  # the stale copy is not left behind, unrecorded
+    assert [r[0] for r in quarantined(conn, run.run_id)] == [thumb]
+
+    second = delete_owed_objects(conn, s3, run, quarantine=policy)  # the next drain copies the new bytes, then deletes
+    assert (second.quarantined, second.failed) == (1, 0)
+    assert s3.get_object(Bucket=bucket, Key=copy)["Body"].read() == b"written during the copy"
+    assert raw not in object_keys(s3, bucket)
+
+
+def test_with_the_collections_file_unreadable_a_collections_owed_objects_stay_owed():
+    from blobgc.core.quarantine import QuarantineUnknown
+
+    policy = QuarantinePolicy({"pastes": 3}, {}, collections_unknown="the file is not YAML")
+    assert policy.days("app.content", "blobgc") == 3  # a kind's own source: known
+    with pytest.raises(QuarantineUnknown, match="collection 'studio_assets': its quarantine_days are unknown"):
+        policy.days("collection:studio_assets", "blobgc")

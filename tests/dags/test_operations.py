@@ -115,14 +115,14 @@ def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, 
     airflow_unpause = airflow("dags", "unpause", DAG)
     assert airflow_unpause.returncode == 0, airflow_unpause.stderr[-2000:]
     try:
-        # Runbook step 1: re-run the failed task of the first run, and only it (its downstream report follows).
+        # Runbook step 1: re-run the failed task of the first run, and only it (its downstream purge and report follow).
         cleared = airflow("tasks", "clear", DAG, "--task-regex", "delete_owed_objects", "--downstream",
                           "--only-failed", "--start-date", first.isoformat(), "--end-date", first.isoformat(), "--yes")
         assert cleared.returncode == 0, cleared.stdout[-2000:] + cleared.stderr[-2000:]
         assert wait_for_runs(run_ids[:1])[run_ids[0]] == "success"
         after = tries(run_ids[0])
         rerun = {task for task, n in after.items() if n != before[task]}
-        assert rerun == {"delete_owed_objects[-1]", "report[-1]"}, (before, after)
+        assert rerun == {"delete_owed_objects[-1]", "purge_quarantine[-1]", "report[-1]"}, (before, after)
 
         # Runbook step 2: backfill the range, reprocessing only the runs that failed.
         backfill = airflow("backfill", "create", "--dag-id", DAG, "--from-date", first.isoformat(),

@@ -212,7 +212,7 @@ def test_the_readme_role_migrates_marks_sweeps_reconciles_and_restores_the_teams
     ok("airflow", "dags", "test", "blobgc_sweep", "-c", json.dumps({"grace_hours": 0}))
     with psycopg.connect(install["app_dsn"]) as app:
         left = sorted(r[0] for r in app.execute("SELECT id FROM shop.upload"))
-        reclaimed = app.execute("SELECT sum(rows_deleted), sum(objects_deleted), sum(bytes_reclaimed) "
+        reclaimed = app.execute("SELECT sum(rows_deleted), sum(objects_deleted), sum(bytes_deleted) "
                                 "FROM blobgc.reclaim_daily_by_collection WHERE collection = 'uploads' "
                                 "AND NOT dry_run").fetchone()
     assert left == REFERENCED

@@ -95,7 +95,9 @@ def test_json_endpoint_serves_reclaim_daily(stack, app_runs):
     assert status == 200
     report = json.loads(body)
     expected = view_rows(app_runs, date.fromisoformat(report["since"]))
-    assert report["daily"] == [{**r, "day": r["day"].isoformat()} for r in expected]
+    freed = "noncurrent_freed_by"
+    assert report["daily"] == [{**r, "day": r["day"].isoformat(), freed: r[freed] and r[freed].isoformat()}
+                               for r in expected]
     mine = {e["dag_id"]: e for e in report["last_runs"] if e["dag_id"].startswith(PAGE_DAG)}
     a = next(e for d, e in mine.items() if d.startswith(f"{PAGE_DAG}a_"))
     assert [r["bytes_reclaimed"] for r in a["real"]] == [7_340_032, 1_048_576]

@@ -54,6 +54,7 @@ from blobgc.core.objects import (
     copy_verified,
     error_code,
     object_stats,
+    unquoted,
     versioning_status,
 )
 from blobgc.core.results import TaskResult
@@ -283,12 +284,12 @@ def restore_from_quarantine(
             ):
                 held.setdefault(record[0], tuple(record))
             outcomes: list[tuple[str, str | None, str, str | None]] = []
-            to_copy: list[tuple[str, str, int | None]] = []
+            to_copy: list[tuple[str, str, int | None, str | None]] = []
             for key, marker in chunk:
                 if key not in held:
                     left.append((key, marker))
                     continue
-                _, target, size, _etag, days, purged_at, restored_at, _id = held[key]
+                _, target, size, etag, days, purged_at, restored_at, _id = held[key]
                 if restored_at is not None:
                     outcomes.append((key, None, "already_restored", f"brought back from quarantine at {restored_at}"))
                 elif purged_at is not None:
@@ -305,7 +306,7 @@ def restore_from_quarantine(
                             )
                         )
                 else:
-                    to_copy.append((key, target, size))
+                    to_copy.append((key, target, size, etag))
             if run.dry_run:
                 result.restored += len(to_copy)
                 for _, _, outcome, detail in outcomes:
@@ -331,15 +332,18 @@ def restore_from_quarantine(
 
 
 def copy_back(
-    s3: ObjectStore, bucket: str, items: list[tuple[str, str, int | None]], *, concurrency: int = 8
+    s3: ObjectStore, bucket: str, items: list[tuple[str, str, int | None, str | None]], *, concurrency: int = 8
 ) -> dict[str, tuple[str, str | None]]:
-    """Copy each (key, quarantine key, size) back to its key, verified: {key: (outcome, detail)}. A key that exists
-    again (written since the deletion) is refused and left as it is."""
+    """Copy each (key, quarantine key, size, the copy's ETag) back to its key, verified: {key: (outcome, detail)}. A
+    key that exists again (written since the deletion) is refused and left as it is, unless it holds exactly the
+    quarantined bytes (same size and ETag): a restore that copied it back and failed before it recorded so."""
 
-    def one(item: tuple[str, str, int | None]) -> tuple[str, tuple[str, str | None]]:
-        key, target, size = item
+    def one(item: tuple[str, str, int | None, str | None]) -> tuple[str, tuple[str, str | None]]:
+        key, target, size, etag = item
         try:
-            s3.head_object(Bucket=bucket, Key=key)
+            found = s3.head_object(Bucket=bucket, Key=key)
+            if etag and unquoted(found.get("ETag")) == etag and int(found["ContentLength"]) == size:
+                return key, ("restored", None)  # this restore's earlier try copied it back
             return key, (
                 "not_restored",
                 f"{key} was written again since it was deleted: the new object was left as it is (the deleted one "

@@ -79,8 +79,11 @@ def bucket_state(s3: ObjectStore, bucket: str) -> BucketState:
             continue
         where = rule.get("Filter") or {}
         prefix = where.get("Prefix", (where.get("And") or {}).get("Prefix", rule.get("Prefix", ""))) or ""
-        if where.get("Tag") or (where.get("And") or {}).get("Tags"):
+        conditions = {**where, **(where.get("And") or {})}
+        if conditions.get("Tag") or conditions.get("Tags"):
             continue  # a rule by tag never applies to what blobgc deletes (it tags nothing)
+        if "ObjectSizeGreaterThan" in conditions or "ObjectSizeLessThan" in conditions:
+            continue  # a rule by size may not cover a given object: never taken to free its bytes
         noncurrent = (rule.get("NoncurrentVersionExpiration") or {}).get("NoncurrentDays")
         markers = bool((rule.get("Expiration") or {}).get("ExpiredObjectDeleteMarker"))
         rules.append(Rule(prefix, int(noncurrent) if noncurrent is not None else None, markers))

@@ -57,6 +57,9 @@ from blobgc.core.quarantine import (
     NO_QUARANTINE,
     Quarantined,
     QuarantinePolicy,
+    QuarantineUnknown,
+    changed_since_copied,
+    delete_copies,
     held_copies,
     move_into_quarantine,
     quarantine_key,
@@ -487,19 +490,28 @@ def delete_group(
             {k: KeyOutcome("failed", error=why, permanent=permanent) for k, (why, permanent) in refused.items()}
         )
         outcomes.update({k: KeyOutcome("absent") for k in missing})
+        # written again during the copies: not deleted now (its copy is of older bytes; the next drain copies again)
+        changed = changed_since_copied(s3, bucket, held)
+        outcomes.update({k: KeyOutcome("failed", error=why) for k, why in changed.items()})
+        drop_copies(s3, bucket, [held.pop(k) for k in changed], states[bucket])
         existing = [k for k in existing if k in held]
         # an object not there may be in quarantine already: moved by a drain that failed before it recorded so
         gone = [k for k in todo if outcomes.get(k, KeyOutcome("")).outcome == "absent" and k in targets]
-        for key, moved in held_copies(s3, bucket, {k: targets[k] for k in gone}, quarantine_days).items():
+        for key, moved in held_copies(conn, s3, bucket, {k: targets[k] for k in gone}, quarantine_days).items():
             outcomes[key] = KeyOutcome("deleted", size=moved.copy.size, held=moved)
-    outcome = delete_objects_in_batches(
-        s3,
-        bucket,
-        existing,
-        batch_size=min(batch_size, MAX_KEYS_PER_CALL),
-        concurrency=concurrency,
-        versioned=states[bucket].keeps_versions,
-    )
+    try:
+        outcome = delete_objects_in_batches(
+            s3,
+            bucket,
+            existing,
+            batch_size=min(batch_size, MAX_KEYS_PER_CALL),
+            concurrency=concurrency,
+            versioned=states[bucket].keeps_versions,
+        )
+    except (ClientError, BotoCoreError):
+        drop_copies(s3, bucket, list(held.values()), states[bucket])  # the keys stay owed: no copy is left unrecorded
+        raise
+    drop_copies(s3, bucket, [held[k] for k in existing if k in outcome.failed and k in held], states[bucket])
     for key in existing:
         if key in outcome.failed:
             outcomes[key] = KeyOutcome("failed", error=outcome.failed[key], permanent=key in outcome.permanent)
@@ -507,6 +519,25 @@ def delete_group(
             size = present[key] if present[key] is not None else (held[key].copy.size if key in held else None)
             outcomes[key] = KeyOutcome("deleted", size=size, marker=outcome.markers.get(key), held=held.get(key))
     return outcomes
+
+
+def drop_copies(s3: ObjectStore, bucket: str, copies: list[Quarantined], state: BucketState) -> None:
+    """Delete quarantine copies whose originals stay owed (not deleted now): none is left that blobgc does not
+    record. Best effort: one that cannot be deleted is logged, and copied over by the next drain of its key."""
+    if not copies:
+        return
+    try:
+        failed = delete_copies(s3, bucket, [c.copy.key for c in copies], versioned=state.keeps_versions)
+    except (ClientError, BotoCoreError) as error:
+        failed = {c.copy.key: error_code(error) for c in copies}
+    if failed:
+        log.warning(
+            "%d quarantine copies in %s of objects that stay owed could not be removed (the next drain of their "
+            "keys copies over them): %s",
+            len(failed),
+            bucket,
+            next(iter(failed.values())),
+        )
 
 
 def settle_batches(
@@ -537,7 +568,11 @@ def settle_batches(
         sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
         if modified_before is not None:
             not_after.update({(bucket, k): modified_before for k in keys})
-        if quarantine.days(source, bucket) > 0:
+        try:
+            days = quarantine.days(source, bucket)
+        except QuarantineUnknown:
+            continue  # its group stays owed, below
+        if days > 0:
             for k in keys:
                 targets.setdefault((bucket, k), quarantine_key(run.dag_id, owner_run, k))
     outcomes: dict[tuple[str, str], KeyOutcome] = {}
@@ -550,6 +585,7 @@ def settle_batches(
             try:
                 if bucket in down:
                     raise down[bucket]
+                days = quarantine.days(source, bucket)
                 group = delete_group(
                     conn,
                     s3,
@@ -563,7 +599,7 @@ def settle_batches(
                     {k: sizes_logged.get((bucket, k)) for k in keys},
                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
                     default_bucket=default_bucket,
-                    quarantine_days=quarantine.days(source, bucket),
+                    quarantine_days=days,
                     targets={k: targets[(bucket, k)] for k in keys if (bucket, k) in targets},
                 )
             except (ClientError, BotoCoreError) as error:
@@ -583,6 +619,9 @@ def settle_batches(
                 if not transient:
                     settled.refused.setdefault(bucket, (source, error))
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
+            except QuarantineUnknown as unknown:
+                log.warning("%d owed keys of %s in %s stay owed: %s", len(keys), source, bucket, unknown)
+                group = {k: KeyOutcome("failed", error=str(unknown)[:500]) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
     # versioned buckets: bucket -> (keys deleted, their bytes, the delete markers they left)
     noncurrent: dict[str, tuple[list[str], int, int]] = {}

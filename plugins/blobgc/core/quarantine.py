@@ -50,6 +50,7 @@ from blobgc.core.objects import (
     error_code,
     is_transient,
     object_stats,
+    unquoted,
     versioning_status,
 )
 from blobgc.core.results import TaskResult
@@ -105,14 +106,24 @@ class QuarantinePolicy:
 
     by_name: Mapping[str, int] = field(default_factory=dict)  # kind or bucket -> days
     by_collection: Mapping[str, int] = field(default_factory=dict)  # collection -> days
+    collections_unknown: str | None = None  # why the collections file could not be read: their days are unknown
 
     def days(self, source: str, bucket: str) -> int:
         found = [self.by_name.get(bucket, 0)]
         if (kind := registry.kind_of_source(source)) is not None:
             found.append(self.by_name.get(kind, 0))
         if (collection := collection_of_source(source)) is not None:
+            if self.collections_unknown is not None and kind is None:
+                raise QuarantineUnknown(
+                    f"collection {collection!r}: its quarantine_days are unknown ({self.collections_unknown}); its "
+                    "owed objects stay owed until the collections file loads"
+                )
             found.append(self.by_collection.get(collection, 0))
         return max(found)
+
+
+class QuarantineUnknown(ConfigurationError):
+    """How long a source's objects wait in quarantine cannot be known now: they are not deleted."""
 
 
 NO_QUARANTINE = QuarantinePolicy()
@@ -168,15 +179,48 @@ def move_into_quarantine(
     return copied, failed, missing
 
 
-def held_copies(s3: ObjectStore, bucket: str, targets: Mapping[str, str], days: int) -> dict[str, Quarantined]:
-    """Of keys found absent, those whose quarantine copy exists (an earlier drain moved them and failed before it
-    recorded it): {key: Quarantined}, to be recorded now."""
+def held_copies(
+    conn: psycopg.Connection, s3: ObjectStore, bucket: str, targets: Mapping[str, str], days: int
+) -> dict[str, Quarantined]:
+    """Of keys found absent, those whose quarantine copy exists and is recorded nowhere (an earlier drain moved them
+    and failed before it recorded so): {key: Quarantined}, to be recorded now. A copy already recorded (another log
+    row owed the same key) is not counted again."""
+    if not targets:
+        return {}
+    recorded = {
+        r[0]
+        for r in conn.execute(
+            queries.load("quarantine/select_recorded_copies"), {"bucket": bucket, "targets": list(targets.values())}
+        )
+    }
+    targets = {k: t for k, t in targets.items() if t not in recorded}
     stats = object_stats(s3, bucket, targets.values())
     return {
         key: Quarantined(key, CopiedObject(target, stats[target].size, None, None, 0), days)
         for key, target in targets.items()
         if target in stats
     }
+
+
+def changed_since_copied(s3: ObjectStore, bucket: str, held: Mapping[str, Quarantined]) -> dict[str, str]:
+    """Of objects just copied into quarantine, those written again since their copy's source was read: {key: why}.
+    Asked (HEAD, ETag) just before the originals are deleted, so an object written during the copies is never
+    deleted with an older copy as its only trace. One gone meanwhile is not changed: its copy is what it was."""
+
+    def one(item: tuple[str, Quarantined]) -> tuple[str, str | None]:
+        key, moved = item
+        try:
+            etag = unquoted(s3.head_object(Bucket=bucket, Key=key).get("ETag"))
+        except ClientError as error:
+            if error_code(error) in NOT_FOUND_CODES:
+                return key, None
+            return key, f"could not check it again before deleting it: {error_code(error)}"
+        if moved.copy.source_etag and etag != moved.copy.source_etag:
+            return key, "written again while it was copied into quarantine: copied again on the next drain"
+        return key, None
+
+    with ThreadPoolExecutor(max(1, min(COPY_CONCURRENCY, len(held)))) as pool:
+        return {key: why for key, why in pool.map(one, held.items()) if why is not None}
 
 
 def record_quarantined(
@@ -287,8 +331,10 @@ def purge_bucket(
         result.bytes_purged += sum(size for _, _, size, _ in due)
         return
     versioned = versioning_status(s3, bucket) in ("Enabled", "Suspended")
-    failed = delete_copies(s3, bucket, [target for _, target, _, _ in due], versioned=versioned)
-    done = [d for d in due if d[1] not in failed] + gone
+    # on a versioned bucket a copy no longer current (a lifecycle rule, a person) may still hold noncurrent versions
+    targets = [target for _, target, _, _ in due] + ([target for _, target, _, _ in gone] if versioned else [])
+    failed = delete_copies(s3, bucket, targets, versioned=versioned)
+    done = [d for d in due + gone if d[1] not in failed]
     if failed:
         log.warning(
             "%d quarantine copies in %s could not be purged and stay held: %s",

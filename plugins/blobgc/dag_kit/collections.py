@@ -100,16 +100,19 @@ def s3_for_collections(default):
 
 def quarantine_policy() -> QuarantinePolicy:
     """How long deleted objects wait in quarantine: each collection's `quarantine_days` and Variable
-    blobgc_quarantine (kind or bucket -> days). A file that does not load here is left to the steps that check it
-    (the collections then take the Variable's days by bucket); a bad Variable fails the task."""
+    blobgc_quarantine (kind or bucket -> days). With a file that does not load, the collections' days are unknown:
+    their owed objects stay owed (`QuarantineUnknown`) while the kinds' own drain; a bad Variable fails the task."""
     by_name = parse_days(variable(QUARANTINE_VARIABLE, None))
     try:
         declared = load_collections(default_bucket=blob_bucket())
     except ConfigurationError as error:
         log.warning(
-            "collections file unusable (%s): quarantine days come from Variable %s only", error, QUARANTINE_VARIABLE
+            "collections file unusable (%s): the collections' owed objects stay owed (their quarantine_days are "
+            "unknown); the kinds' own are drained with Variable %s",
+            error,
+            QUARANTINE_VARIABLE,
         )
-        declared = {}
+        return QuarantinePolicy(by_name, {}, collections_unknown=str(error))
     return QuarantinePolicy(by_name, {c.name: c.quarantine_days for c in declared.values() if c.quarantine_days})
 
 

@@ -77,9 +77,10 @@ def forget_sightings(conn: psycopg.Connection, previous: int) -> int:
 
 
 def confirm_orphans(conn: psycopg.Connection, passes: Passes, bucket: str, found: Findings) -> None:
-    """Keep in `found.orphans` those of `bucket` found orphaned on `confirmations` passes in a row (this run
-    included); the others wait (`found.waiting`). A real run records its sightings, in the caller's transaction
-    (the page's or batch's, with its checkpoint)."""
+    """Keep in `found.orphans` those of `bucket` found orphaned on `confirmations` real passes in a row (a real run
+    included itself); the others wait (`found.waiting`). A real run records its sightings, in the caller's transaction
+    (the page's or batch's, with its checkpoint). A dry run is no pass: it plans only what real runs have confirmed,
+    so a run executing its plan (`from_plan`) deletes nothing fewer real runs saw."""
     if not found.orphans:
         return
     if passes.this is None and passes.confirmations == 1:
@@ -90,9 +91,9 @@ def confirm_orphans(conn: psycopg.Connection, passes: Passes, bucket: str, found
         "sizes": [size for _, size, _ in found.orphans],
         "modified": [modified for _, _, modified in found.orphans],
     }
-    if passes.this is None:  # a dry run: the latest pass's sightings, plus this one
+    if passes.this is None:  # a dry run: the latest real pass's sightings, not counting itself
         rows = conn.execute(queries.load("reconcile/select_sightings"), {**statement, "latest": passes.previous})
-        seen = {key: in_a_row + 1 for key, in_a_row in rows}
+        seen = {key: in_a_row for key, in_a_row in rows}
     else:
         rows = conn.execute(
             queries.load("reconcile/upsert_sightings"),

@@ -64,11 +64,13 @@ SELECT (r.started_at AT TIME ZONE 'UTC')::date AS day,
        sum(r.bytes_reclaimed)::bigint  AS bytes_reclaimed,
        sum(CASE WHEN r.dry_run THEN r.bytes_reclaimed ELSE r.bytes_deleted END)::bigint AS bytes_deleted,
        sum(coalesce(b.bytes_noncurrent, 0))::bigint AS bytes_noncurrent,
-       max(b.freed_by)                 AS noncurrent_freed_by
+       CASE WHEN bool_and(b.freed_by IS NOT NULL OR b.bytes_noncurrent IS NULL)
+            THEN max(b.freed_by) END   AS noncurrent_freed_by
 FROM blobgc.run r
 LEFT JOIN LATERAL (
     SELECT sum(rb.bytes_noncurrent) AS bytes_noncurrent,
-           max(r.started_at + make_interval(days => rb.noncurrent_days + 1)) AS freed_by
+           CASE WHEN bool_and(rb.noncurrent_days IS NOT NULL)
+                THEN max(r.started_at + make_interval(days => rb.noncurrent_days + 1)) END AS freed_by
     FROM blobgc.run_bucket rb
     WHERE rb.dag_id = r.dag_id AND rb.run_id = r.run_id AND rb.bytes_noncurrent > 0
 ) b ON true
