@@ -111,7 +111,7 @@ def collect_generations(
         else:
             deleted, n_bytes, cleared, skipped = (
                 done.blobs_deleted,
-                done.bytes_reclaimed,
+                done.bytes_deleted,
                 done.deletions_cleared,
                 done.skipped_rereferenced,
             )

@@ -234,7 +234,7 @@ class GenerationExecution(TaskResult):
     generation: int = 0
     items: int = 0
     blobs_deleted: int = 0
-    bytes_reclaimed: int = 0
+    bytes_deleted: int = 0  # the deleted blobs' bytes, their objects owed (reclaimed only once gone from storage)
     deletions_cleared: int = 0
     skipped_rereferenced: int = 0  # planned blob ids kept: referenced again since the plan (or gone meanwhile)
 
@@ -504,7 +504,7 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
             )
         result.items += 1
         result.blobs_deleted += len(ids)
-        result.bytes_reclaimed += n_bytes
+        result.bytes_deleted += n_bytes
         result.deletions_cleared += cleared
         result.skipped_rereferenced += len(skipped)
     with conn.transaction():
@@ -518,7 +518,7 @@ def execute_plan_part(conn: psycopg.Connection, run: RunRef, *, part: str) -> Ge
         generation,
         result.items,
         result.blobs_deleted,
-        human_bytes(result.bytes_reclaimed),
+        human_bytes(result.bytes_deleted),
         result.deletions_cleared,
         result.skipped_rereferenced,
     )
@@ -535,7 +535,7 @@ class CollectResult(TaskResult):
     filter_bytes: int = 0
     candidates: int = 0
     blobs_deleted: int = 0
-    bytes_reclaimed: int = 0
+    bytes_deleted: int = 0
     deletions_cleared: int = 0
     blobs_kept: int = 0  # kept by the filter, or skipped at execution as referenced again
     skipped_rereferenced: int = 0
@@ -554,7 +554,7 @@ def summarize(conn: psycopg.Connection, run: RunRef) -> dict:
             "references_scanned": scanned,
             "filter_bytes": fbytes,
             "blobs_deleted": blobs,
-            "bytes_reclaimed": n_bytes,
+            "bytes_deleted": n_bytes,
             "deletions_cleared": cleared,
             "blobs_kept": kept,
             "attempts": attempts,
@@ -564,6 +564,6 @@ def summarize(conn: psycopg.Connection, run: RunRef) -> dict:
     ]
     totals = {
         k: sum(p[k] or 0 for p in per_generation)
-        for k in ("blobs_deleted", "bytes_reclaimed", "deletions_cleared", "blobs_kept")
+        for k in ("blobs_deleted", "bytes_deleted", "deletions_cleared", "blobs_kept")
     }
     return {"generations": per_generation, **totals}
