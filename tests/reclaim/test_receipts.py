@@ -63,7 +63,7 @@ def delete_runs(conn, dag_id: str, run_ids: list[str]) -> None:
         logs = "(SELECT id FROM blobgc.deletion_log WHERE dag_id = %(dag)s AND run_id = ANY(%(runs)s))"
         conn.execute(f"DELETE FROM blobgc.deletion_settlement WHERE log_id IN {logs}", ids)
         conn.execute(f"DELETE FROM blobgc.outbox WHERE log_id IN {logs}", ids)
-        for table in ("deletion_log", "plan_outcome", "gate_decision", "run_part", "run_collection", "undo_request",
+        for table in ("quarantine", "run_bucket", "deletion_log", "plan_outcome", "gate_decision", "run_part", "run_collection", "undo_request",
                       "run"):
             conn.execute(f"DELETE FROM blobgc.{table} WHERE dag_id = %(dag)s AND run_id = ANY(%(runs)s)", ids)
         conn.execute("DELETE FROM blobgc.plan_item WHERE dag_id = %(dag)s AND run_id = ANY(%(runs)s)", ids)
@@ -324,16 +324,20 @@ def swept(stack_db, s3, versioned_bucket):
     run_id = f"manual__receipt_{uuid.uuid4().hex[:8]}"
     run, kept, garbage = swept_run(stack_db, s3, bucket, run_id, n=3, keep=1)
     yield {"run": run, "bucket": bucket, "garbage": garbage, "s3": s3}
-    conn = stack_db
+    forget_swept_run(stack_db, run)
+
+
+def forget_swept_run(conn, run) -> None:
+    """Every trace of a `swept_run` in the stack's database: the run, the restores of it, its blobs."""
     restores = [r[0] for r in conn.execute("SELECT restore_run_id FROM blobgc.undo_request WHERE run_id = %s",
-                                           (run_id,))]
-    delete_runs(conn, run.dag_id, [run_id])
+                                           (run.run_id,))]
+    delete_runs(conn, run.dag_id, [run.run_id])
     delete_runs(conn, "blobgc_restore", restores)
     with conn.transaction():
-        conn.execute("DELETE FROM blobgc.restore_item WHERE source_run_id = %s", (run_id,))
-        conn.execute("DELETE FROM app.blob_attachment WHERE post_id = %s", (f"post-{run_id}",))
-        conn.execute("DELETE FROM app.post WHERE id = %s", (f"post-{run_id}",))
-        conn.execute("DELETE FROM app.blob WHERE id LIKE %s", (f"{run_id}-%",))
+        conn.execute("DELETE FROM blobgc.restore_item WHERE source_run_id = %s", (run.run_id,))
+        conn.execute("DELETE FROM app.blob_attachment WHERE post_id = %s", (f"post-{run.run_id}",))
+        conn.execute("DELETE FROM app.post WHERE id = %s", (f"post-{run.run_id}",))
+        conn.execute("DELETE FROM app.blob WHERE id LIKE %s", (f"{run.run_id}-%",))
 
 
 def restore_runs() -> list[str]:
@@ -390,16 +394,7 @@ def quarantined_sweep(stack_db, s3, bucket):
     run_id = f"manual__receipt_q_{uuid.uuid4().hex[:8]}"
     run, _, garbage = swept_run(stack_db, s3, bucket, run_id, n=3, keep=1, quarantine=QuarantinePolicy({bucket: 7}))
     yield {"run": run, "bucket": bucket, "garbage": garbage}
-    restores = [r[0] for r in stack_db.execute("SELECT restore_run_id FROM blobgc.undo_request WHERE run_id = %s",
-                                               (run_id,))]
-    stack_db.execute("DELETE FROM blobgc.quarantine WHERE run_id = %s", (run_id,))
-    delete_runs(stack_db, run.dag_id, [run_id])
-    delete_runs(stack_db, "blobgc_restore", restores)
-    with stack_db.transaction():
-        stack_db.execute("DELETE FROM blobgc.restore_item WHERE source_run_id = %s", (run_id,))
-        stack_db.execute("DELETE FROM app.blob_attachment WHERE post_id = %s", (f"post-{run_id}",))
-        stack_db.execute("DELETE FROM app.post WHERE id = %s", (f"post-{run_id}",))
-        stack_db.execute("DELETE FROM app.blob WHERE id LIKE %s", (f"{run_id}-%",))
+    forget_swept_run(stack_db, run)
 
 
 def test_undo_from_the_receipts_rest_call_brings_back_a_quarantined_run_on_an_unversioned_bucket(

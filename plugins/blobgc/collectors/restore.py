@@ -317,10 +317,7 @@ def restore_from_quarantine(
             done_ids = [held[key][7] for key, (outcome, _) in copied.items() if outcome == "restored"]
             if done_ids:
                 conn.execute(queries.load("restore/mark_restored"), {"ids": done_ids, "restore_run_id": run.run_id})
-            conn.cursor().executemany(
-                queries.load("restore/insert_restore_item"),
-                [item_params(run, plan, "object", bucket, outcome) for outcome in outcomes],
-            )
+            record_items(conn, run, plan, "object", bucket, outcomes)  # with the copies' marks, in one commit
         for _, _, outcome, detail in outcomes:
             result.note(outcome, detail if outcome in ("not_restored", "failed") else None)
     brought = len(items) - len(left)
@@ -625,24 +622,6 @@ def why_missing(
     return why
 
 
-def item_params(
-    run: RunRef, plan: RestorePlan, kind: str, bucket: str, outcome: tuple[str, str | None, str, str | None]
-) -> dict[str, Any]:
-    """One (item, version, outcome, detail) as `restore/insert_restore_item`'s parameters."""
-    item, version, what, detail = outcome
-    return {
-        "restore_run_id": run.run_id,
-        "source_dag_id": plan.source_dag_id,
-        "source_run_id": plan.source_run_id,
-        "kind": kind,
-        "bucket": bucket,
-        "item": item,
-        "version_id": version,
-        "outcome": what,
-        "detail": detail,
-    }
-
-
 def record_items(
     conn: psycopg.Connection,
     run: RunRef,
@@ -654,7 +633,20 @@ def record_items(
     with conn.transaction():
         conn.cursor().executemany(
             queries.load("restore/insert_restore_item"),
-            [item_params(run, plan, kind, bucket, outcome) for outcome in outcomes],
+            [
+                {
+                    "restore_run_id": run.run_id,
+                    "source_dag_id": plan.source_dag_id,
+                    "source_run_id": plan.source_run_id,
+                    "kind": kind,
+                    "bucket": bucket,
+                    "item": item,
+                    "version_id": version,
+                    "outcome": outcome,
+                    "detail": detail,
+                }
+                for item, version, outcome, detail in outcomes
+            ],
         )
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 import psycopg
 from botocore.exceptions import ClientError
 
 from blobgc.core import queries
-from blobgc.core.objects import ObjectStore, error_code, versioning_status
+from blobgc.core.objects import KEEPS_VERSIONS, ObjectStore, error_code, versioning_status
 from blobgc.core.runs import RunRef
 
 log = logging.getLogger(__name__)
@@ -43,12 +42,11 @@ class BucketState:
 
     versioning: str = ""
     rules: tuple[Rule, ...] = field(default_factory=tuple)
-    readable: bool = True  # False: blobgc may not read the lifecycle configuration (then it assumes no rule)
 
     @property
     def keeps_versions(self) -> bool:
         """Whether a delete here leaves the object's bytes stored as a noncurrent version."""
-        return self.versioning in ("Enabled", "Suspended")
+        return self.versioning in KEEPS_VERSIONS
 
     def noncurrent_days(self, key: str) -> int | None:
         """The days after which a noncurrent version of `key` expires (the shortest rule covering it), or None."""
@@ -63,16 +61,17 @@ class BucketState:
 def bucket_state(s3: ObjectStore, bucket: str) -> BucketState:
     """Read `bucket`'s versioning and (on a versioned bucket) its lifecycle rules; errors on the versioning call
     propagate, a lifecycle configuration blobgc may not read is taken as no rule (and logged)."""
-    versioning = versioning_status(s3, bucket)
-    if versioning not in ("Enabled", "Suspended"):
-        return BucketState(versioning)
+    state = BucketState(versioning_status(s3, bucket))
+    if not state.keeps_versions:
+        return state
     try:
         config = s3.get_bucket_lifecycle_configuration(Bucket=bucket)
     except ClientError as error:
-        if error_code(error) in NO_LIFECYCLE:
-            return BucketState(versioning)
-        log.warning("may not read the lifecycle configuration of %s (%s): taken as no rule", bucket, error_code(error))
-        return BucketState(versioning, readable=False)
+        if error_code(error) not in NO_LIFECYCLE:
+            log.warning(
+                "may not read the lifecycle configuration of %s (%s): taken as no rule", bucket, error_code(error)
+            )
+        return state
     rules = []
     for rule in config.get("Rules", []):
         if rule.get("Status") != "Enabled":
@@ -87,7 +86,7 @@ def bucket_state(s3: ObjectStore, bucket: str) -> BucketState:
         noncurrent = (rule.get("NoncurrentVersionExpiration") or {}).get("NoncurrentDays")
         markers = bool((rule.get("Expiration") or {}).get("ExpiredObjectDeleteMarker"))
         rules.append(Rule(prefix, int(noncurrent) if noncurrent is not None else None, markers))
-    return BucketState(versioning, tuple(rules))
+    return BucketState(state.versioning, tuple(rules))
 
 
 def suggested_rule(bucket: str, days: int = 7) -> str:
@@ -98,6 +97,16 @@ def suggested_rule(bucket: str, days: int = 7) -> str:
         f'"NoncurrentVersionExpiration": {{"NoncurrentDays": {days}}}, '
         f'"Expiration": {{"ExpiredObjectDeleteMarker": true}}}}]}}\''
     )
+
+
+def version_flags(bucket: str, keeps_every_version: bool) -> dict[str, object]:
+    """What the receipt and the reclaim page say of a bucket: whether it keeps every deleted version (a versioned
+    bucket with no rule expiring noncurrent versions), and then the warning and the rule to add."""
+    return {
+        "keeps_every_version": keeps_every_version,
+        "warning": KEEPS_EVERY_VERSION if keeps_every_version else None,
+        "suggested_rule": suggested_rule(bucket) if keeps_every_version else None,
+    }
 
 
 def record_bucket(
@@ -131,9 +140,3 @@ def record_bucket(
             "delete_markers": delete_markers if state.keeps_versions else 0,
         },
     )
-
-
-def freed_by(deleted_at: datetime, days: int | None) -> datetime | None:
-    """When a version made noncurrent at `deleted_at` is freed under a rule of `days` (S3 expires it within a day of
-    that), or None when no rule ever frees it."""
-    return None if days is None else deleted_at + timedelta(days=days + 1)

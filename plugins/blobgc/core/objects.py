@@ -147,9 +147,13 @@ def versioning_status(client: ObjectStore, bucket: str) -> str:
     return client.get_bucket_versioning(Bucket=bucket).get("Status") or ""
 
 
+# the versioning statuses under which a delete leaves a marker, and the object's bytes stored as a noncurrent version
+KEEPS_VERSIONS = ("Enabled", "Suspended")
+
+
 def bucket_is_versioned(client: ObjectStore, bucket: str) -> bool:
     """Whether deleting from `bucket` leaves a delete marker: versioning Enabled, or Suspended with old versions."""
-    return versioning_status(client, bucket) in ("Enabled", "Suspended")
+    return versioning_status(client, bucket) in KEEPS_VERSIONS
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -562,19 +562,14 @@ def settle_batches(
     by_group: dict[tuple[str, str], list[str]] = defaultdict(list)
     sizes_logged: dict[tuple[str, str], int | None] = {}
     not_after: dict[tuple[str, str], datetime] = {}
-    targets: dict[tuple[str, str], str] = {}  # (bucket, key) -> its quarantine key, under the run that owed it
+    owners: dict[tuple[str, str], str] = {}  # (bucket, key) -> the run that owed it (its quarantine key's run)
     for _log_id, bucket, source, keys, sizes, _failures, modified_before, owner_run in rows:
         by_group[(bucket, source)].extend(keys)
         sizes_logged.update({(bucket, k): s for k, s in zip(keys, sizes, strict=True)})
         if modified_before is not None:
             not_after.update({(bucket, k): modified_before for k in keys})
-        try:
-            days = quarantine.days(source, bucket)
-        except QuarantineUnknown:
-            continue  # its group stays owed, below
-        if days > 0:
-            for k in keys:
-                targets.setdefault((bucket, k), quarantine_key(run.dag_id, owner_run, k))
+        for k in keys:
+            owners.setdefault((bucket, k), owner_run)
     outcomes: dict[tuple[str, str], KeyOutcome] = {}
     states = {} if states is None else states
     settled = DrainResult()
@@ -600,7 +595,7 @@ def settle_batches(
                     {k: not_after[(bucket, k)] for k in keys if (bucket, k) in not_after},
                     default_bucket=default_bucket,
                     quarantine_days=days,
-                    targets={k: targets[(bucket, k)] for k in keys if (bucket, k) in targets},
+                    targets={k: quarantine_key(run.dag_id, owners[(bucket, k)], k) for k in keys} if days > 0 else None,
                 )
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)

@@ -29,7 +29,7 @@ import json
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,13 +45,13 @@ from blobgc.core.objects import (
     NOT_FOUND_CODES,
     CopiedObject,
     ObjectStore,
+    bucket_is_versioned,
     chunked,
     copy_verified,
     error_code,
     is_transient,
     object_stats,
     unquoted,
-    versioning_status,
 )
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, add_collection_counts, add_counts
@@ -74,11 +74,6 @@ def quarantine_key(dag_id: str, run_id: str, key: str) -> str:
 def in_quarantine(key: str) -> bool:
     """Whether `key` is a quarantine copy: never an orphan, never an unknown key."""
     return key.startswith(QUARANTINE_PREFIX)
-
-
-def overlaps_quarantine(prefix: str) -> bool:
-    """Whether a listing of `prefix` may meet quarantine copies."""
-    return QUARANTINE_PREFIX.startswith(prefix) or prefix.startswith(QUARANTINE_PREFIX)
 
 
 def parse_days(text: str | None, *, origin: str = f"Variable {VARIABLE}") -> dict[str, int]:
@@ -330,7 +325,7 @@ def purge_bucket(
         result.purged += len(due)
         result.bytes_purged += sum(size for _, _, size, _ in due)
         return
-    versioned = versioning_status(s3, bucket) in ("Enabled", "Suspended")
+    versioned = bucket_is_versioned(s3, bucket)
     # on a versioned bucket a copy no longer current (a lifecycle rule, a person) may still hold noncurrent versions
     targets = [target for _, target, _, _ in due] + ([target for _, target, _, _ in gone] if versioned else [])
     failed = delete_copies(s3, bucket, targets, versioned=versioned)
@@ -353,8 +348,8 @@ def purge_bucket(
     for collection, n in reclaimed_by.items():
         if collection is not None and n:
             add_collection_counts(conn, run, collection, bytes_=n)
-    result.purged += len(due) - len(failed)
-    result.gone += len(gone)
+    result.purged += sum(d[1] not in failed for d in due)
+    result.gone += sum(d[1] not in failed for d in gone)
     result.bytes_purged += sum(size for _, _, size, _ in done)
     result.bytes_reclaimed += reclaimed
     if versioned:
@@ -387,12 +382,3 @@ def delete_copies(s3: ObjectStore, bucket: str, targets: list[str], *, versioned
         for error in response.get("Errors", []):
             failed[error.get("Key", "")] = f"{error.get('Code')}: {error.get('Message', '')}".strip()
     return failed
-
-
-def quarantine_summary(conn: psycopg.Connection, dag_id: str) -> dict[str, int]:
-    """How many copies of `dag_id` are held in quarantine now, and their bytes (for the run's report)."""
-    held, bytes_ = queries.one_row(conn.execute(queries.load("quarantine/summarize_held"), {"dag_id": dag_id}))
-    return {"held": int(held), "bytes_held": int(bytes_)}
-
-
-PolicySource = Callable[[], QuarantinePolicy]

@@ -198,7 +198,7 @@ def stored_still(report: dict[str, Any]) -> str:
             f"<code>{html.escape(b['suggested_rule'])}</code></p>"
         )
     for b in report.get("buckets", []):
-        if b["versioning"] in ("Enabled", "Suspended") and b["noncurrent_days"] is not None:
+        if b["versioned"] and b["noncurrent_days"] is not None:
             parts.append(
                 f'<p class="noncurrent" data-bucket="{html.escape(b["bucket"])}"><b>{html.escape(b["bucket"])}</b> '
                 f"is versioned; its lifecycle rule frees noncurrent versions after {b['noncurrent_days']} days "

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
-from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, suggested_rule
+from blobgc.core.lifecycle import version_flags
 from blobgc.core.plans import COUNTED_SIZE_SOURCE, execution_figures, plan_figures, plan_size
 from blobgc.core.sizes import S3_COPY_USD_PER_1000, S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
 
@@ -131,9 +131,7 @@ def storage_truth(
         "buckets": [
             {
                 **jsonable(b),
-                "keeps_every_version": b["bucket"] in flagged,
-                "warning": KEEPS_EVERY_VERSION if b["bucket"] in flagged else None,
-                "suggested_rule": suggested_rule(b["bucket"]) if b["bucket"] in flagged else None,
+                **version_flags(b["bucket"], b["bucket"] in flagged),
             }
             for b in buckets
         ],

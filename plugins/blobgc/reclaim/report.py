@@ -18,7 +18,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from blobgc.core import queries
-from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, suggested_rule
+from blobgc.core.lifecycle import version_flags
+from blobgc.core.objects import KEEPS_VERSIONS
 from blobgc.reclaim.receipts import storage_price
 
 RECONCILE_DAG_ID = "blobgc_reconcile"  # the DAG whose runs record blobgc.reconcile_finding
@@ -98,13 +99,8 @@ def collect_report(
         "buckets": [
             {
                 **_jsonable(b),
-                "keeps_every_version": b["versioning"] in VERSIONED and b["noncurrent_days"] is None,
-                "warning": KEEPS_EVERY_VERSION
-                if b["versioning"] in VERSIONED and b["noncurrent_days"] is None
-                else None,
-                "suggested_rule": suggested_rule(b["bucket"])
-                if b["versioning"] in VERSIONED and b["noncurrent_days"] is None
-                else None,
+                "versioned": b["versioning"] in KEEPS_VERSIONS,
+                **version_flags(b["bucket"], b["versioning"] in KEEPS_VERSIONS and b["noncurrent_days"] is None),
             }
             for b in buckets
         ],
@@ -114,9 +110,6 @@ def collect_report(
             "findings": [_jsonable({k: v for k, v in r.items() if k != "run_id"}) for r in findings],
         },
     }
-
-
-VERSIONED = ("Enabled", "Suspended")
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

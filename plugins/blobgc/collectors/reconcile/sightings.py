@@ -12,9 +12,10 @@ it, and on how many passes in a row it was found. A sighting counts on only from
 - a retried page finds its sightings already in its own pass and counts them once.
 
 Only the sightings of a run's pass and of the pass before it are kept: each task of a real run first forgets
-older ones (keys no longer listed, or no longer orphans), in batches. A dry run records nothing: it counts what
-the latest pass found, plus itself, and reports the rest as waiting. Sightings only ever hold a deletion back:
-every planned orphan still passed the age floor, and the drain checks it again just before deleting it.
+older ones (keys no longer listed, or no longer orphans), in batches. A dry run records nothing and is no pass:
+it plans what the latest pass already confirmed, and reports the rest as waiting. Sightings only ever hold a
+deletion back: every planned orphan still passed the age floor, and the drain checks it again just before deleting
+it.
 """
 
 from __future__ import annotations
