@@ -117,7 +117,7 @@ bench: up
 LOCK_OUT ?= requirements.txt
 lock:
 	rm -rf .blobgc/lock-venv && $(PYTHON) -m venv .blobgc/lock-venv
-	.blobgc/lock-venv/bin/pip install --quiet --disable-pip-version-check . -r requirements-dev.in
+	.blobgc/lock-venv/bin/pip install --quiet --disable-pip-version-check '.[gcs,azure]' -r requirements-dev.in
 	{ echo '# Pinned lock of the local stack, the tests and CI: no constraints file can be downloaded here, so these'; \
 	  echo '# pins are the constraints (also of the install test, which installs the wheel into a virtualenv of'; \
 	  echo '# Airflow and the providers only). The package itself (pyproject.toml) declares ranges. Regenerate with'; \

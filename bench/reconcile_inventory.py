@@ -386,7 +386,7 @@ def inventory_child(dsn: str, bucket: str, destinations: str, workdir: str, run_
         "keys_per_s": result.keys_checked / seconds, "peak_rss_mb": peak_rss_mb(), "rss_before_mb": rss_before,
         "phases": breakdown, "phase_rss_mb": rss, "part_seconds": part_seconds,
         "scratch_peak_bytes": sampler.disk_bytes, "report_files": len(report.files), "s3_calls": dict(calls),
-        "report_bytes": sum(f.size for f in report.files)}))
+        "report_bytes": sum(f.size or 0 for f in report.files)}))
     return 0
 
 

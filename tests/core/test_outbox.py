@@ -17,6 +17,7 @@ from blobgc.core.outbox import (
 )
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.reclaim.report import collect_report
+from blobgc.kinds.blobs.layouts import blob_keys
 from tests.helpers import NOW, object_keys, s3_outage
 
 
@@ -207,3 +208,36 @@ def test_drain_counts_store_reported_sizes_and_settles_absent_keys(conn, s3, buc
     assert (drained.objects_deleted, drained.bytes_reclaimed, drained.absent) == (2, 24, 1)
     rows = conn.execute("SELECT outcome, keys, sizes FROM blobgc.deletion_settlement ORDER BY outcome").fetchall()
     assert rows == [("absent", ["sz/never-written"], None), ("deleted", ["sz/a", "sz/b"], [11, 13])]
+
+
+def test_a_bucket_of_unknown_store_keeps_its_owed_objects_owed_while_the_others_drain(conn, s3, bucket,
+                                                                                     versioned_bucket):
+    """Issue 33: with the collections file unusable, the store of a collection's bucket is unknown (StoreUnknown):
+    its owed objects stay owed, untouched, with the reason; the owed objects of a bucket whose store is known drain."""
+    from blobgc.core.objects import StoreUnknown
+    from tests.support.restore import swept_run
+
+    class Routed:
+        """As dag_kit's StoreByBucket routes with the file unusable: `bucket` known, any other bucket refused."""
+
+        def __getattr__(self, name):
+            def call(**kwargs):
+                if kwargs.get("Bucket") not in (None, bucket):
+                    raise StoreUnknown(kwargs["Bucket"], "the collections file is unusable (test)")
+                return getattr(s3, name)(**kwargs)
+            return call
+
+        def get_paginator(self, name):
+            return s3.get_paginator(name)
+
+    known, _, known_garbage = swept_run(conn, s3, bucket, "manual__known", drain=False)
+    other, _, other_garbage = swept_run(conn, s3, versioned_bucket, "manual__other", drain=False)
+    drain = delete_owed_objects(conn, Routed(), ensure_run(conn, RunRef("blobgc_sweep", "manual__drain"), NOW))
+    owed = {(b, k) for b, k in conn.execute("SELECT bucket, key FROM blobgc.deleted_object WHERE owed")}
+    assert owed == {(versioned_bucket, k) for g in other_garbage for k in blob_keys(g)}
+    assert not {k for g in known_garbage for k in blob_keys(g)} & object_keys(s3, bucket)
+    assert {k for g in other_garbage for k in blob_keys(g)} <= object_keys(s3, versioned_bucket)
+    errors = {e for (e,) in conn.execute("SELECT DISTINCT value FROM blobgc.outbox, jsonb_each_text(last_errors)")}
+    assert errors == {f"bucket '{versioned_bucket}': its store is unknown, because the collections file is unusable "
+                      "(test); its objects are left alone"}
+    assert drain.objects_deleted == 2 * len(known_garbage)

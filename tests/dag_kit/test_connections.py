@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import psycopg
 import pytest
@@ -161,7 +162,7 @@ def test_s3_by_bucket_is_an_object_store_that_sends_each_call_to_its_buckets_cli
     """Each of the seven calls blobgc makes of a store (blobgc.core.objects.ObjectStore) goes to the client of its
     Bucket's connection; a bucket of no collection, and a call without one, to the default client."""
     from blobgc.core.objects import ObjectStore
-    from blobgc.dag_kit.connections import S3ByBucket
+    from blobgc.dag_kit.connections import StoreByBucket
 
     class Recording:
         def __init__(self, name: str) -> None:
@@ -174,7 +175,7 @@ def test_s3_by_bucket_is_an_object_store_that_sends_each_call_to_its_buckets_cli
             return call
 
     default, own = Recording("default"), Recording("own")
-    store: ObjectStore = S3ByBucket(default, {bucket: own})
+    store: ObjectStore = StoreByBucket(default, {bucket: own})
     store.put_object(Bucket=bucket, Key="k", Body=b"x")
     assert store.head_object(Bucket=bucket, Key="k")["ContentLength"] == 1
     assert store.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
@@ -189,3 +190,106 @@ def test_s3_by_bucket_is_an_object_store_that_sends_each_call_to_its_buckets_cli
     with pytest.raises(ClientError):  # no such bucket: the call went to the default client
         store.head_object(Bucket=f"{bucket}-elsewhere", Key="k")
     assert default.calls == [("head_object", f"{bucket}-elsewhere")]
+
+
+def test_store_client_picks_the_store_by_the_connections_type_and_names_what_it_knows(monkeypatch):
+    """Issue 33: a connection of type aws is S3, google_cloud_platform GCS, wasb Azure Blob Storage; another type is
+    refused naming the three."""
+    from blobgc.core.stores.azure import AzureStore
+    from blobgc.core.stores.gcs import GcsStore
+    from blobgc.dag_kit.connections import store_client
+
+    assert type(store_client("blobgc_s3")).__name__ == "S3"  # botocore's client class
+    assert isinstance(store_client("blobgc_gcs"), GcsStore)
+    assert isinstance(store_client("blobgc_azure"), AzureStore)
+    use_connection(monkeypatch, "blobgc_ftp", conn_type="ftp", host="example.com")
+    with pytest.raises(ConfigurationError) as refused:
+        store_client("blobgc_ftp")
+    assert str(refused.value) == (
+        "connection 'blobgc_ftp' is of type 'ftp', which names no object store blobgc knows: give it one of "
+        "aws (S3), google_cloud_platform (Google Cloud Storage), wasb (Azure Blob Storage)")
+
+
+def test_store_client_names_the_extra_to_install_when_a_stores_provider_is_missing(monkeypatch):
+    """The base install is S3-only: a google_cloud_platform connection without the Google provider says to install
+    blobgc[gcs] (and wasb, blobgc[azure]), rather than failing on an import deep in a task."""
+    import sys
+
+    from blobgc.dag_kit.connections import store_client
+
+    for module, conn_id, extra in (("airflow.providers.google.cloud.hooks.gcs", "blobgc_gcs", "blobgc[gcs]"),
+                                   ("airflow.providers.microsoft.azure.hooks.wasb", "blobgc_azure", "blobgc[azure]")):
+        monkeypatch.setitem(sys.modules, module, None)  # as if the provider were not installed
+        monkeypatch.delitem(sys.modules, f"blobgc.dag_kit.store_{conn_id.removeprefix('blobgc_')}", raising=False)
+        with pytest.raises(ConfigurationError, match=rf"whose provider is not installed .*: install {re.escape(extra)}"):
+            store_client(conn_id)
+
+
+def test_stores_by_bucket_routes_each_bucket_to_its_connections_store(monkeypatch, tmp_path, s3, bucket):
+    """A collection's conn_id and Variable blobgc_bucket_connections (the seed kinds' buckets) each send their
+    bucket's calls to that connection's store; other buckets stay on blobgc_s3; one bucket named with two
+    connections fails, naming both."""
+    from blobgc.core.stores.gcs import GcsStore
+    from blobgc.dag_kit.collections import stores_by_bucket
+    from blobgc.dag_kit.connections import StoreByBucket
+
+    path = tmp_path / "collections.yaml"
+    path.write_text("collections:\n  pics:\n    table: s.pics\n    id: id\n    bucket: pics-gcs\n"
+                    "    conn_id: blobgc_gcs\n    keys: ['p/{id}']\n")
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET_CONNECTIONS", json.dumps({"kinds-azure": "blobgc_azure"}))
+    store = stores_by_bucket(s3)
+    assert isinstance(store, StoreByBucket) and stores_by_bucket(store) is store
+    assert isinstance(store.client_for("pics-gcs"), GcsStore)
+    assert type(store.client_for("kinds-azure")).__name__ == "AzureStore"
+    assert store.client_for(bucket) is s3 and store.client_for(None) is s3
+
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET_CONNECTIONS", json.dumps({"pics-gcs": "blobgc_azure"}))
+    with pytest.raises(ConfigurationError, match="bucket 'pics-gcs' is reached through 'blobgc_gcs' by collection "
+                                                 "'pics' and through 'blobgc_azure' by Variable "
+                                                 "blobgc_bucket_connections; one bucket name has one connection"):
+        stores_by_bucket(s3)
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET_CONNECTIONS", '["blobgc_gcs"]')
+    with pytest.raises(ConfigurationError, match="Variable blobgc_bucket_connections must be a JSON object"):
+        stores_by_bucket(s3)
+
+
+def test_stores_by_bucket_the_seed_kinds_bucket_is_blobgc_s3s_unless_the_variable_names_another(monkeypatch,
+                                                                                                 tmp_path, s3):
+    """A collection that names no bucket keeps its objects in Variable blobgc_bucket's, which blobgc's own kinds use
+    through blobgc_s3: naming another connection for it is refused, unless Variable blobgc_bucket_connections moves
+    that bucket to the same connection (then the kinds' objects are there too)."""
+    from blobgc.core.stores.gcs import GcsStore
+    from blobgc.dag_kit.collections import stores_by_bucket
+
+    path = tmp_path / "collections.yaml"
+    path.write_text("collections:\n  pics:\n    table: s.pics\n    id: id\n    conn_id: blobgc_gcs\n"
+                    "    keys: ['p/{id}']\n")
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET", "seed-bucket")
+    with pytest.raises(ConfigurationError, match="bucket 'seed-bucket' is reached through 'blobgc_gcs' by collection "
+                                                 "'pics' and through 'blobgc_s3' by blobgc's own kinds"):
+        stores_by_bucket(s3)
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET_CONNECTIONS", json.dumps({"seed-bucket": "blobgc_gcs"}))
+    assert isinstance(stores_by_bucket(s3).client_for("seed-bucket"), GcsStore)
+
+
+def test_stores_by_bucket_with_the_collections_file_unusable_refuses_buckets_of_unknown_store(monkeypatch, tmp_path,
+                                                                                             s3):
+    """With the file unusable, a collection's bucket might be another store's: it is refused (StoreUnknown), never
+    sent to blobgc_s3, where a bucket of the same name could answer that its objects are gone. The kinds' buckets and
+    the Variable's stay reachable."""
+    from blobgc.core.objects import StoreUnknown
+    from blobgc.dag_kit.collections import stores_by_bucket
+
+    path = tmp_path / "collections.yaml"
+    path.write_text("collections: [")
+    monkeypatch.setenv("BLOBGC_COLLECTIONS", str(path))
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET", "seed-bucket")
+    monkeypatch.setenv("AIRFLOW_VAR_BLOBGC_BUCKET_CONNECTIONS", json.dumps({"az-bucket": "blobgc_azure"}))
+    store = stores_by_bucket(s3)
+    assert store.client_for("seed-bucket") is s3 and store.client_for("fakebook-images") is s3
+    assert type(store.client_for("az-bucket")).__name__ == "AzureStore"
+    with pytest.raises(StoreUnknown, match="bucket 'elsewhere': its store is unknown, because the collections file "
+                                           "is unusable"):
+        store.head_object(Bucket="elsewhere", Key="k")

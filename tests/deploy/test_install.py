@@ -167,6 +167,23 @@ def test_the_installed_package_comes_from_the_wheel_with_its_sql(install, instal
     assert sql == "--"
 
 
+def test_the_azure_extra_brings_its_store_and_a_store_without_its_extra_names_the_one_to_install(install):
+    """Issue 33: installed as `blobgc[azure]`, a wasb connection is an Azure Blob Storage store (it lists the local
+    Azurite's container); the base install stays S3-only, so a google_cloud_platform connection is refused naming
+    blobgc[gcs] instead of failing on an import deep in a task."""
+    env = {name: os.environ[name] for name in ("AIRFLOW_CONN_BLOBGC_AZURE", "AIRFLOW_CONN_BLOBGC_GCS")}
+    script = ("from blobgc.dag_kit.connections import store_client\n"
+              "from blobgc.core.settings import ConfigurationError\n"
+              "azure = store_client('blobgc_azure')\n"
+              "print(type(azure).__name__, azure.list_objects_v2(Bucket='blobgc-azure', MaxKeys=1)['KeyCount'] >= 0)\n"
+              "try:\n    store_client('blobgc_gcs')\nexcept ConfigurationError as error:\n    print(error)\n")
+    result = install["run"]("python", "-c", script, env_extra=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2] == "AzureStore True", lines
+    assert "whose provider is not installed" in lines[-1] and lines[-1].endswith("install blobgc[gcs]"), lines
+
+
 def test_the_airflow_plugin_is_registered_by_the_entry_point(install):
     plugins = json.loads(install["ok"]("airflow", "plugins", "--output", "json").splitlines()[-1])
     (ours,) = [p for p in plugins if p["name"] == "blobgc"]  # the plugins folder is empty: only the wheel has it

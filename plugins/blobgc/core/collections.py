@@ -10,7 +10,7 @@ checkout of this repository: the checkout's `include/collections.yaml`):
         created_at: created_at          # optional: rows younger than the grace are never swept
         size: size_bytes                # optional: bytes of the first key's object, for the reclaim figures
         bucket: uploads                 # optional, default Variable blobgc_bucket
-        s3_conn_id: blobgc_s3           # optional, default blobgc_s3
+        conn_id: blobgc_s3              # optional, default blobgc_s3; its type picks the store (s3_conn_id: older name)
         keys: ["up/{sha}.{ext}"]        # one or more; each {placeholder} is a column of the row
         grace_hours: 24                 # optional, default 24
         quarantine_days: 0              # optional, default 0: days a deleted object waits in quarantine
@@ -57,7 +57,15 @@ from typing import Annotated, Any, Protocol
 import psycopg
 import yaml
 from psycopg import sql
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from blobgc.core import queries
 from blobgc.core.catalog import table_exists
@@ -90,7 +98,7 @@ EXPECTED = {  # what a field that fails its pattern must look like
     "id": "is not a column name",
     "created_at": "is not a column name",
     "size": "is not a column name",
-    "bucket": "is not an S3 bucket name",
+    "bucket": "is not a bucket (or Azure container) name: 3 to 63 lower-case letters, digits, '.', '-' and '_'",
 }
 
 
@@ -239,12 +247,26 @@ class Collection(BaseModel):
     id: Identifier
     created_at: Identifier | None = None
     size: Identifier | None = None
-    bucket: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")] | None = None
-    s3_conn_id: Annotated[str, StringConstraints(min_length=1)] = DEFAULT_S3_CONN_ID
+    # an S3 bucket, a GCS bucket (which may hold "_") or an Azure container, named as in its cloud
+    bucket: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")] | None = None
+    # the Airflow connection of the bucket's store: its type picks S3 (aws), GCS (google_cloud_platform) or Azure
+    # Blob Storage (wasb); `s3_conn_id`, its older name, is still accepted (`_older_names`)
+    conn_id: Annotated[str, StringConstraints(min_length=1)] = DEFAULT_S3_CONN_ID
     keys: Annotated[list[str], Field(min_length=1)]
     grace_hours: Annotated[float, Field(ge=0)] = DEFAULT_GRACE_HOURS
     references: list[Annotated[str, StringConstraints(min_length=1)]] = []
     quarantine_days: Annotated[int, Field(ge=0)] = 0  # days a deleted object waits in quarantine (0: none)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_names(cls, data: Any) -> Any:
+        """`s3_conn_id`, the field's name before other stores, is read as `conn_id`; both at once are refused."""
+        if isinstance(data, dict) and "s3_conn_id" in data:
+            if "conn_id" in data:
+                raise ValueError("give conn_id only: s3_conn_id is its older name")
+            data = {**data, "conn_id": data["s3_conn_id"]}
+            del data["s3_conn_id"]
+        return data
 
     @field_validator("keys")
     @classmethod
@@ -375,7 +397,23 @@ def parse_collections(
                 f"{mode.collection.keys}; declare other keys as a collection of its own"
             )
     check_prefixes(found, source=source, default_bucket=default_bucket)
+    check_connections(found, source=source, default_bucket=default_bucket)
     return found
+
+
+def check_connections(collections: Mapping[str, Collection], *, source: str, default_bucket: str) -> None:
+    """One connection per bucket name: the outbox, quarantine and receipts know an object by bucket and key, so a
+    bucket name reached through two connections (two stores, or two accounts of one) could not be told apart."""
+    seen: dict[str, tuple[str, str]] = {}  # bucket -> (conn_id, collection)
+    for c in collections.values():
+        bucket = c.bucket_or(default_bucket)
+        conn_id, other = seen.setdefault(bucket, (c.conn_id, c.name))
+        if conn_id != c.conn_id:
+            raise CollectionsError(
+                f"{source}: collection {c.name!r}, field 'conn_id': bucket {bucket!r} is reached through "
+                f"{c.conn_id!r} here and through {conn_id!r} by collection {other!r}; one bucket name has one "
+                "connection (rename the bucket, or use one connection for both)"
+            )
 
 
 def check_prefixes(

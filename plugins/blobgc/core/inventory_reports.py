@@ -17,6 +17,12 @@ Everything is checked before anything is used: the manifest's checksum, its sour
 format (CSV or Parquet; ORC is refused), its schema, and each data file's size and MD5 as it is
 downloaded. A report that fails any check raises `InventoryError` and nothing is read from it.
 
+Google Cloud Storage's Storage Insights reports (`blobgc.core.inventory_gcs`, destination `gs://bucket/path`)
+and Azure Blob Inventory (`blobgc.core.inventory_azure`, destination `az://container`) are read into the same
+checked `Report`, through the same `ObjectStore` calls, with the columns of their data files named in
+`Report.columns`; `Engine.load_inventory` turns any of the three into the same table `inventory`, so the
+anti-join after it is one for every store.
+
 `Engine` is the embedded columnar database the anti-join runs in: DuckDB in a file of its own
 under a scratch directory, its memory bounded by `memory_limit` and the rest spilled to disk. Its
 statements are files beside the others (`blobgc/sql/inventory/`, loaded with `blobgc.core.queries.load`),
@@ -25,6 +31,7 @@ every value bound as a DuckDB parameter (`$name`); its settings are passed as th
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import logging
@@ -48,6 +55,7 @@ log = logging.getLogger(__name__)
 
 REQUIRED_FIELDS = ("Key", "Size", "LastModifiedDate")
 FORMATS = {"CSV": ".csv.gz", "Parquet": ".parquet"}
+SUFFIXES = {"CSV": ".csv", "Parquet": ".parquet"}  # GCS's and Azure's data files, as they write them
 # The CSV field names of the manifest and the Parquet columns they are written as.
 PARQUET_COLUMNS = {
     "Bucket": "bucket",
@@ -73,6 +81,16 @@ PARQUET_COLUMNS = {
 }
 FIELD_OF_COLUMN = {column: name for name, column in PARQUET_COLUMNS.items()}
 REPORT_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z")
+# The names of buckets (S3, GCS) and containers (Azure) each destination scheme takes.
+BUCKET_NAMES = {
+    "s3": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
+    "gs": r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]",
+    "az": r"[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]",
+}
+# What a GCS or Azure report's columns hold, as `Engine.load_listing` names them: the key, its size and time, the
+# bucket it lists (GCS), and the fields that tell a current base blob (Azure: versions, soft-deleted, snapshots,
+# folders of a hierarchical namespace).
+ROLES = ("key", "size", "modified", "bucket", "is_current", "deleted", "snapshot", "folder")
 PARQUET_FIELD = re.compile(r"(?:required|optional|repeated)\s+\w+\s+(\w+)")
 DOWNLOADS = 4  # data files fetched at once
 
@@ -83,35 +101,40 @@ class InventoryError(ConfigurationError):
 
 @dataclass(frozen=True)
 class Destination:
-    """Where a source bucket's inventory reports are written: `s3://<bucket>/<prefix>`."""
+    """Where a source bucket's inventory reports are written: `s3://<bucket>/<prefix>` (S3 Inventory),
+    `gs://<bucket>/<prefix>` (GCS Storage Insights) or `az://<container>/<prefix>` (Azure Blob Inventory)."""
 
     bucket: str
     prefix: str  # "" or ending in "/"
+    scheme: str = "s3"  # s3 | gs | az: whose report format is written there
 
     @classmethod
     def parse(cls, text: str, *, source_bucket: str) -> Destination:
-        match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", str(text).strip())
-        if not match:
+        match = re.fullmatch(r"(s3|gs|az)://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(?:/(.*))?", str(text).strip())
+        if not match or not re.fullmatch(BUCKET_NAMES[match[1]], match[2]):
             raise InventoryError(
-                f"the inventory destination of bucket {source_bucket} is {text!r}, not s3://<bucket>/<prefix>"
+                f"the inventory destination of bucket {source_bucket} is {text!r}, not s3://<bucket>/<prefix> "
+                "(S3 Inventory), gs://<bucket>/<prefix> (GCS Storage Insights) or az://<container>[/<prefix>] "
+                "(Azure Blob Inventory)"
             )
-        prefix = (match[2] or "").strip("/")
-        return cls(match[1], f"{prefix}/" if prefix else "")
+        prefix = (match[3] or "").strip("/")
+        return cls(match[2], f"{prefix}/" if prefix else "", match[1])
 
     def reports_of(self, source_bucket: str) -> str:
         """The folder holding one folder per configuration id of `source_bucket`."""
         return f"{self.prefix}{source_bucket}/"
 
     def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
+        return f"{self.scheme}://{self.bucket}/{self.prefix}"
 
 
 def destinations(value: Any) -> dict[str, str]:
-    """Variable blobgc_inventory: a JSON object of source bucket -> `s3://<bucket>/<prefix>`."""
+    """Variable blobgc_inventory: a JSON object of source bucket -> `s3://`, `gs://` or `az://<bucket>/<prefix>`."""
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InventoryError(
             "Variable blobgc_inventory must be a JSON object mapping each source bucket to its "
-            'inventory destination, e.g. {"blobgc": "s3://blobgc-inventory/reports"}; '
+            'inventory destination, e.g. {"blobgc": "s3://blobgc-inventory/reports", '
+            '"uploads": "gs://uploads-inventory/daily", "media": "az://inventory"}; '
             f"got {value!r}"
         )
     return value
@@ -119,9 +142,11 @@ def destinations(value: Any) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class DataFile:
+    """A data file of a report: its key in the destination, and its size and MD5 where the manifest gives them."""
+
     key: str
-    size: int
-    md5: str
+    size: int | None
+    md5: str | None
 
 
 @dataclass(frozen=True)
@@ -136,10 +161,18 @@ class Report:
     file_format: str  # CSV | Parquet
     fields: tuple[str, ...]  # CSV field names, in the data files' column order
     files: tuple[DataFile, ...]
+    scheme: str = "s3"  # s3 | gs | az: whose format (S3 Inventory, GCS Storage Insights, Azure Blob Inventory)
+    # gs and az: the fields holding each ROLES entry (key, size, modified, ...), read by `Engine.load_listing`
+    columns: tuple[tuple[str, str], ...] = ()
+    csv_header: bool = False  # gs and az: whether each CSV data file opens with a row of the field names
+    csv_delimiter: str = ","
+    records: int | None = None  # the rows the manifest says its data files hold: fewer read is refused
+    name_prefix: str = ""  # az: "<container>/", which each Name of the source container starts with
+    fix: str = "check that the inventory configuration still delivers"  # what to do when the report is refused
 
     @property
     def location(self) -> str:
-        return f"s3://{self.destination_bucket}/{self.manifest_key}"
+        return f"{self.scheme}://{self.destination_bucket}/{self.manifest_key}"
 
     def age(self, now: datetime) -> timedelta:
         return now - self.created
@@ -153,7 +186,7 @@ class Report:
                 f"the newest inventory of bucket {self.source_bucket} ({self.location}) was taken "
                 f"{self.created:%Y-%m-%d %H:%M} UTC, {hours:.1f} h before the run's reference time: older than "
                 f"max_inventory_age_hours={max_hours:g}. Check that the inventory configuration "
-                f"{self.configuration!r} still delivers, or run with source=list."
+                f"{self.configuration!r} still delivers ({self.fix}), or run with source=list."
             )
 
 
@@ -269,31 +302,53 @@ def find_report(s3: ObjectStore, destination: Destination, source_bucket: str) -
     return report
 
 
+def stored_md5(response: dict[str, Any]) -> str | None:
+    """The MD5 the store keeps of an object it answered (its ETag, when that is one), or None."""
+    etag = str(response.get("ETag") or "").strip('"').lower()
+    if response.get("ETagIsMD5") is False or not re.fullmatch(r"[0-9a-f]{32}", etag):
+        return None  # a multipart upload's, a composite object's or a block list's ETag is no MD5 of the bytes
+    return etag
+
+
 def download(s3: ObjectStore, report: Report, directory: Path) -> list[Path]:
-    """Fetch every data file into `directory`, checking each one's size and MD5 against the manifest."""
+    """Fetch every data file into `directory`, checking each one's size and MD5 against the manifest.
+
+    Where the manifest gives no MD5 of a data file (GCS and Azure reports), the bytes are checked against the MD5
+    the store keeps of the object (its ETag, when that is one) and against the length it answered."""
     directory.mkdir(parents=True, exist_ok=True)
+    scheme = report.scheme
 
     def fetch(numbered: tuple[int, DataFile]) -> Path:
         i, data = numbered
-        path = directory / f"{i:06d}{FORMATS[report.file_format]}"
+        path = directory / f"{i:06d}{FORMATS[report.file_format] if scheme == 's3' else SUFFIXES[report.file_format]}"
         digest, size = hashlib.md5(), 0
+        where = f"{scheme}://{report.destination_bucket}/{data.key}"
         try:
-            body = s3.get_object(Bucket=report.destination_bucket, Key=data.key)["Body"]
+            response = s3.get_object(Bucket=report.destination_bucket, Key=data.key)
         except ClientError as error:
             if error_code(error) in ("NoSuchKey", "404"):
                 raise InventoryError(
-                    f"data file s3://{report.destination_bucket}/{data.key}, listed by {report.location}, is missing"
+                    f"data file {where}, listed by {report.location}, is missing: the report is incomplete or was "
+                    f"partly deleted; {report.fix}"
                 ) from error
             raise
+        body = response["Body"]
         with path.open("wb") as out:
             for chunk in iter(lambda: body.read(1 << 20), b""):
                 digest.update(chunk)
                 size += len(chunk)
                 out.write(chunk)
-        if size != data.size or digest.hexdigest() != data.md5:
+        expected = (
+            data.size if data.size is not None else response.get("ContentLength"),
+            data.md5 if data.md5 is not None else stored_md5(response),
+        )
+        if (expected[0] is not None and size != int(expected[0])) or (
+            expected[1] is not None and digest.hexdigest() != expected[1]
+        ):
+            says = f"{report.location} says" if data.md5 is not None else f"{report.location} and the store say"
             raise InventoryError(
-                f"data file s3://{report.destination_bucket}/{data.key} is {size} bytes with MD5 "
-                f"{digest.hexdigest()}; {report.location} says {data.size} bytes with MD5 {data.md5}"
+                f"data file {where} is {size} bytes with MD5 {digest.hexdigest()}; {says} "
+                f"{expected[0]} bytes with MD5 {expected[1]}: it was cut short or replaced; {report.fix}"
             )
         return path
 
@@ -329,7 +384,10 @@ class Engine:
         keys URL-decoded. Returns its row count.
 
         The data files are registered as the view `inventory_files`; one statement per format reads them, told by
-        parameters whether the report has the version fields (IsLatest, IsDeleteMarker)."""
+        parameters whether the report has the version fields (IsLatest, IsDeleteMarker). A GCS or Azure report is
+        read by `load_listing` into the same table."""
+        if report.scheme != "s3":
+            return self.load_listing(report, paths)
         fields = report.fields
         files = [str(p) for p in paths]
         if report.file_format == "CSV":
@@ -389,6 +447,130 @@ class Engine:
                 f"files do not match the manifest's fileSchema ({', '.join(fields)})"
             )
         return self.count("inventory/count_inventory_keys")
+
+    def load_listing(self, report: Report, paths: Sequence[Path]) -> int:
+        """Table `inventory(key, size, modified_ms, h)` of a GCS or Azure report's current objects; returns its row
+        count.
+
+        The data files' columns are named by what they hold (`ROLES`, from `Report.columns`) into the view
+        `inventory_files`, which one statement reads for either store and format: the rows of the source (Azure:
+        under `<container>/`, cut off the key) that are current objects (no noncurrent version, soft-deleted blob,
+        snapshot or folder), one row per key (Azure documents rare duplicates). Refused: data files without the
+        manifest's fields, fewer rows than the manifest counts, a row without a key or of another bucket."""
+        files = [str(p) for p in paths]
+        roles = dict(report.columns)
+        source = self.listing_csv(report, files, roles) if report.file_format == "CSV" else None
+        if source is None:
+            source = self.listing_parquet(report, files, roles)
+        self.db.register("inventory_files", source)
+        try:
+            counted = self.db.execute(
+                queries.load("inventory/count_listing_rows"), {"source_bucket": report.source_bucket}
+            ).fetchall()  # every row fetched: the result is done before the view goes
+            rows, keyless, elsewhere = (int(n) for n in counted[0])
+            if report.records is not None and rows < report.records:
+                raise InventoryError(
+                    f"{report.location}: its data files hold {rows} rows, fewer than the {report.records} objects "
+                    f"its manifest counts: a data file was cut short or replaced; {report.fix}"
+                )
+            if keyless or elsewhere:
+                raise InventoryError(
+                    f"{report.location}: {keyless} rows without an object name and {elsewhere} rows of another "
+                    f"bucket than {report.source_bucket}: the data files are not this manifest's; {report.fix}"
+                )
+            self.db.execute(
+                queries.load("inventory/create_inventory_from_listing"), {"name_prefix": report.name_prefix}
+            )
+        except self.duckdb.Error as error:
+            raise InventoryError(
+                f"{report.location}: its data files do not read as the manifest's {report.file_format} of the fields "
+                f"{', '.join(report.fields)}: {error}"
+            ) from error
+        finally:
+            self.db.unregister("inventory_files")
+        bad = self.db.execute(queries.load("inventory/count_unreadable_rows")).fetchone() or (0, 0, 0)
+        if any(bad):
+            raise InventoryError(
+                f"{report.location}: {bad[0]} keys that are empty, {bad[1]} sizes that are not numbers and {bad[2]} "
+                f"modification times that are not timestamps: the data files do not match the manifest's fields "
+                f"({', '.join(report.fields)})"
+            )
+        return self.count("inventory/count_inventory_keys")
+
+    def listing_csv(self, report: Report, files: list[str], roles: dict[str, str]) -> Any:
+        """A GCS or Azure report's CSV data files as a relation of the columns `ROLES` (text) and `modified_ms`,
+        each file's header row (where the format writes one) checked against the manifest's fields first."""
+        role_of = {field: role for role, field in roles.items()}
+        columns = {role_of.get(field) or f"field_{i}": "VARCHAR" for i, field in enumerate(report.fields)}
+        if report.csv_header:
+            for path in files:
+                with open(path, newline="", encoding="utf-8", errors="replace") as lines:
+                    header = next(csv.reader(lines, delimiter=report.csv_delimiter), [])
+                if [h.strip() for h in header] != list(report.fields):
+                    raise InventoryError(
+                        f"{report.location}: a data file's header row names {', '.join(header) or 'nothing'}, not "
+                        f"the manifest's fields {', '.join(report.fields)}: the data files are not this manifest's"
+                    )
+        try:
+            source = self.db.read_csv(
+                files,  # type: ignore[arg-type]  # DuckDB reads a list of files; its stubs name one path
+                header=report.csv_header,
+                columns=columns,
+                sep=report.csv_delimiter,
+                quotechar='"',
+                escapechar='"',
+                auto_detect=False,
+                strict_mode=True,
+            )
+        except self.duckdb.Error as error:
+            raise InventoryError(
+                f"{report.location}: its data files do not read as CSV with the manifest's {len(columns)} fields: "
+                f"{error}"
+            ) from error
+        text = self.duckdb.sqltypes.VARCHAR
+        return source.select(
+            *(self.column(role if role in columns else None, text, role) for role in ROLES if role != "modified"),
+            self.column("modified" if "modified" in columns else None, text, "modified_text"),
+            self.column(None, self.duckdb.sqltypes.BIGINT, "modified_ms"),
+        )
+
+    def listing_parquet(self, report: Report, files: list[str], roles: dict[str, str]) -> Any:
+        """A GCS or Azure report's Parquet data files as a relation of the columns `ROLES` (text) and `modified_ms`
+        (a timestamp column's milliseconds, or an integer column's: Azure writes dates as `timestamp_millis`); each
+        file checked first for the manifest's fields."""
+        wanted = [f for f in roles.values() if f in report.fields]
+        for path in files:
+            names = [
+                r[0]
+                for r in self.db.execute(queries.load("inventory/select_parquet_columns"), {"path": path}).fetchall()
+            ]
+            if missing := [c for c in wanted if c not in names]:
+                raise InventoryError(
+                    f"{report.location}: a data file lacks the column(s) {', '.join(missing)} that the manifest's "
+                    f"fields name (it has {', '.join(names)})"
+                )
+        source = self.db.read_parquet(files)
+        types = {name: str(kind).upper() for name, kind in zip(source.columns, source.types, strict=True)}
+        text, number = self.duckdb.sqltypes.VARCHAR, self.duckdb.sqltypes.BIGINT
+        present = {role: field for role, field in roles.items() if field in types}
+        modified = present.get("modified", "")
+        kind = types.get(modified, "")
+        if kind.startswith(("TIMESTAMP", "DATE")):
+            stamp, millis = None, self.duckdb.FunctionExpression("epoch_ms", self.duckdb.ColumnExpression(modified))
+        elif kind in ("BIGINT", "INTEGER", "UBIGINT", "HUGEINT", "UINTEGER"):
+            stamp, millis = None, self.duckdb.ColumnExpression(modified).cast(number)
+        else:  # text (or no such column: every row is then unreadable)
+            stamp, millis = modified or None, self.duckdb.ConstantExpression(None).cast(number)
+        return source.select(
+            *(self.column(present.get(role), text, role) for role in ROLES if role != "modified"),
+            self.column(stamp, text, "modified_text"),
+            millis.alias("modified_ms"),
+        )
+
+    def column(self, name: str | None, kind: Any, alias: str) -> Any:
+        """The expression `CAST(name AS kind) AS alias`, or a NULL of that type named alias when there is no column."""
+        value = self.duckdb.ColumnExpression(name) if name else self.duckdb.ConstantExpression(None)
+        return value.cast(kind).alias(alias)
 
     def create_accounted(self) -> None:
         """Table `accounted(key, required, h)`, empty: the keys the rows form (`load_accounted` fills it)."""

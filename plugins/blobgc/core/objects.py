@@ -3,9 +3,11 @@ per-key errors and backoff, existence and sizes, listings and their shards, vers
 
 `ObjectStore` is every call blobgc makes of a store: thirteen operations of the S3 API, called with S3's keyword
 arguments. An S3 client is one (boto3's, or the Amazon provider's `S3Hook.get_conn()`, which the DAGs use), and
-so is the Airflow layer's `S3ByBucket`, which sends each call to the client of its bucket's connection. Another
+so is the Airflow layer's `StoreByBucket`, which sends each call to the client of its bucket's connection. Another
 store is another implementation of these thirteen calls, not edits across the collectors: mypy checks that the
-core calls nothing else.
+core calls nothing else. Google Cloud Storage (`blobgc.core.stores.gcs`) and Azure Blob Storage
+(`blobgc.core.stores.azure`) are two: each answers in S3's shapes and error codes, deletes through its own batch
+API, and maps S3's versions and delete markers onto its generations or blob versions.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,15 @@ class ObjectStore(Protocol):
     def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
 
     def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+class StoreUnknown(ConfigurationError):
+    """The store of a bucket is not known (its collection's connection cannot be read): nothing is asked of any
+    store for it; the drain keeps its owed objects owed."""
+
+    def __init__(self, bucket: str, why: str) -> None:
+        super().__init__(f"bucket {bucket!r}: its store is unknown, because {why}; its objects are left alone")
+        self.bucket = bucket
 
 
 MAX_KEYS_PER_CALL = 1000  # the S3 API limit for DeleteObjects
@@ -425,7 +438,10 @@ def is_multipart_etag(etag: str) -> bool:
 
 def etag_is_md5(head: Mapping[str, Any]) -> bool:
     """Whether a HEAD's ETag is the MD5 of the bytes (or of the parts', for a multipart ETag): not with SSE-KMS
-    or SSE-C, whose ETags are opaque."""
+    or SSE-C, whose ETags are opaque, nor where another store's adapter has no MD5 to report (`ETagIsMD5: False`:
+    a GCS composite object, an Azure blob uploaded in blocks without one)."""
+    if head.get("ETagIsMD5") is False:
+        return False
     return not str(head.get("ServerSideEncryption", "")).startswith("aws:kms") and not head.get("SSECustomerAlgorithm")
 
 
@@ -488,6 +504,8 @@ def copy_verified(
     """
     if multipart_threshold > MULTIPART_COPY_THRESHOLD:
         raise ValueError(f"multipart_threshold must be at most {MULTIPART_COPY_THRESHOLD} bytes (CopyObject's limit)")
+    # a store whose one copy call copies more than S3's CopyObject (GCS's rewrite, Azure's copy) says so
+    multipart_threshold = max(multipart_threshold, int(getattr(store, "single_copy_limit", 0)))
     source_head: dict[str, Any] | None = None
     if size is None or etag is None:
         source_head = store.head_object(Bucket=bucket, Key=source_key, ChecksumMode="ENABLED")

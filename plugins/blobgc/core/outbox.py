@@ -48,6 +48,7 @@ from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, BucketState, bucket_state
 from blobgc.core.objects import (
     MAX_KEYS_PER_CALL,
     ObjectStore,
+    StoreUnknown,
     delete_objects_in_batches,
     error_code,
     is_transient,
@@ -614,7 +615,7 @@ def settle_batches(
                 if not transient:
                     settled.refused.setdefault(bucket, (source, error))
                 group = {k: KeyOutcome("failed", error=message, permanent=not transient) for k in keys}
-            except QuarantineUnknown as unknown:
+            except (QuarantineUnknown, StoreUnknown) as unknown:
                 log.warning("%d owed keys of %s in %s stay owed: %s", len(keys), source, bucket, unknown)
                 group = {k: KeyOutcome("failed", error=str(unknown)[:500]) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})

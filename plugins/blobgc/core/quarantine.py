@@ -45,6 +45,7 @@ from blobgc.core.objects import (
     NOT_FOUND_CODES,
     CopiedObject,
     ObjectStore,
+    StoreUnknown,
     bucket_is_versioned,
     chunked,
     copy_verified,
@@ -273,13 +274,16 @@ def purge_quarantine(conn: psycopg.Connection, s3: ObjectStore, run: RunRef) -> 
         raise ValueError("purge_quarantine needs the run's reference time (ensure_run)")
     buckets = [r[0] for r in conn.execute(queries.load("quarantine/select_held_buckets"), {"dag_id": run.dag_id})]
     for bucket in buckets:
-        with conn.transaction():
-            rows = conn.execute(
-                queries.load("quarantine/claim_held_copies"), {"dag_id": run.dag_id, "bucket": bucket}
-            ).fetchall()
-            if not rows:
-                continue
-            purge_bucket(conn, s3, run, bucket, rows, result)
+        try:
+            with conn.transaction():
+                rows = conn.execute(
+                    queries.load("quarantine/claim_held_copies"), {"dag_id": run.dag_id, "bucket": bucket}
+                ).fetchall()
+                if not rows:
+                    continue
+                purge_bucket(conn, s3, run, bucket, rows, result)
+        except StoreUnknown as unknown:  # its copies stay held (the transaction rolled back) until it is known
+            log.warning("quarantine copies of %s in %s stay held: %s", run.dag_id, bucket, unknown)
     log.info(
         "%s %d quarantine copies of %s (%s reclaimed); %d were already gone; %d still inside their window%s",
         "would purge" if run.dry_run else "purged",

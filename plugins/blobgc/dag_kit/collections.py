@@ -30,10 +30,12 @@ from blobgc.core.quarantine import QuarantinePolicy, parse_days
 from blobgc.core.references import ReferenceSet, UnfollowableReference, discover_references
 from blobgc.core.refusals import check_buckets, collection_bucket_origins
 from blobgc.core.settings import ConfigurationError
-from blobgc.dag_kit.connections import S3_CONN_ID, S3ByBucket, s3_client
-from blobgc.dag_kit.variables import blob_bucket, extra_blob_references, variable
+from blobgc.dag_kit.connections import S3_CONN_ID, StoreByBucket, store_client
+from blobgc.dag_kit.variables import blob_bucket, extra_blob_references, media_settings, variable
 
 log = logging.getLogger(__name__)
+
+BUCKET_CONNECTIONS = "blobgc_bucket_connections"
 
 
 def collections_param() -> Any:
@@ -81,21 +83,79 @@ def references(conn: psycopg.Connection, bound: BoundCollection) -> ReferenceSet
         raise UnfollowableReference(f"{file_named()}: collection {c.name!r} ({c.table}): {error}") from error
 
 
-def s3_for_collections(default):
-    """`default`, or an `S3ByBucket` when a collection of the file keeps its bucket behind another connection.
+def stores_by_bucket(default):
+    """`default` (the client of `blobgc_s3`), or a `StoreByBucket` when a bucket is reached through another
+    connection: a collection's `conn_id`, or Variable blobgc_bucket_connections (bucket -> conn_id). Each
+    connection's type picks its store (`store_client`). Already routed, it is returned as is.
 
-    A file that does not check is left to the steps that need it (their guard refuses); the default
-    client is used here, with a warning.
+    The seed kinds' buckets (Variable blobgc_bucket, seed 004's two) are `blobgc_s3`'s unless the Variable names
+    another connection for them; a collection that keeps its objects in one of them through another connection, or
+    any bucket named with two connections, fails the task, naming both. With the collections file unusable, its
+    collections' connections are unknown: their buckets are refused (`StoreUnknown`, so their owed objects stay
+    owed) rather than guessed to be `blobgc_s3`'s, where a same-named bucket could answer for them.
     """
+    if isinstance(default, StoreByBucket):
+        return default
+    own = bucket_connections()
+    seeds = seed_buckets()
+    for bucket in seeds:
+        own.setdefault(bucket, S3_CONN_ID)
     try:
         declared = load_collections(default_bucket=blob_bucket())
     except ConfigurationError as error:
-        log.warning("collections file unusable (%s): every bucket is reached through %s", error, S3_CONN_ID)
+        log.warning("collections file unusable (%s): the buckets of its collections are not reached", error)
+        return routed(default, own, unknown=f"the collections file is unusable ({error})")
+    for c in declared.values():
+        bucket = c.bucket_or(blob_bucket())
+        if own.setdefault(bucket, c.conn_id) != c.conn_id:
+            by = (
+                f"Variable {BUCKET_CONNECTIONS}"
+                if bucket in bucket_connections()
+                else f"blobgc's own kinds (their bucket is {S3_CONN_ID}'s unless Variable {BUCKET_CONNECTIONS} "
+                "names another)"
+            )
+            raise ConfigurationError(
+                f"bucket {bucket!r} is reached through {c.conn_id!r} by collection {c.name!r} and through "
+                f"{own[bucket]!r} by {by}; one bucket name has one connection"
+            )
+    return routed(default, own)
+
+
+def routed(default, own: dict[str, str], *, unknown: str | None = None):
+    """`default`, or a `StoreByBucket` sending each bucket of `own` (bucket -> conn_id) to its connection's store;
+    with `unknown`, a bucket not in `own` is refused (StoreUnknown) rather than sent to `default`."""
+    others = {bucket: conn_id for bucket, conn_id in own.items() if conn_id != S3_CONN_ID}
+    if not others and unknown is None:
         return default
-    own = {c.bucket: c.s3_conn_id for c in declared.values() if c.bucket and c.s3_conn_id != S3_CONN_ID}
-    if not own:
-        return default
-    return S3ByBucket(default, {bucket: s3_client(conn_id) for bucket, conn_id in own.items()})
+    clients = {conn_id: store_client(conn_id) for conn_id in set(others.values())}  # one client per connection
+    return StoreByBucket(
+        default,
+        {bucket: clients[conn_id] for bucket, conn_id in others.items()},
+        known=frozenset(own),
+        unknown=unknown,
+    )
+
+
+def seed_buckets() -> list[str]:
+    """The buckets of blobgc's own kinds: Variable blobgc_bucket's (seeds 000-003) and seed 004's two (unless its
+    Variables do not parse: that fails seed 004's own DAGs, not every DAG that reaches a store)."""
+    try:
+        media = media_settings()
+    except ConfigurationError:
+        return [blob_bucket()]
+    return [blob_bucket(), media.images_bucket, media.profiles_bucket]
+
+
+def bucket_connections() -> dict[str, str]:
+    """Variable blobgc_bucket_connections: bucket (or container) -> the connection of its store, for buckets that
+    no collection names (the seed kinds' `blobgc_bucket`); a malformed value fails the task, naming it."""
+    value = variable(BUCKET_CONNECTIONS, {}, json_value=True)
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigurationError(
+            f"Variable {BUCKET_CONNECTIONS} must be a JSON object of bucket -> connection id, e.g. "
+            f'{{"blobgc": "blobgc_gcs"}}; got {value!r}'
+        )
+    return dict(value)
 
 
 def quarantine_policy() -> QuarantinePolicy:
@@ -121,7 +181,7 @@ def check_collection_buckets(default_s3, collections: list[BoundCollection]) -> 
     missing one fails the task at once, named with its collection; one these credentials may not list is left
     to the drain, with a warning (a step that only deletes may hold s3:DeleteObject without s3:ListBucket)."""
     check_buckets(
-        s3_for_collections(default_s3), collection_bucket_origins(collections, blob_bucket()), listing_needed=False
+        stores_by_bucket(default_s3), collection_bucket_origins(collections, blob_bucket()), listing_needed=False
     )
 
 
@@ -144,7 +204,7 @@ class FileCollections:
         return references(conn, bound)
 
     def store(self, default: Any) -> Any:
-        return s3_for_collections(default)
+        return stores_by_bucket(default)
 
     def check_buckets(self, default: Any, collections: list[BoundCollection]) -> None:
         check_collection_buckets(default, collections)

@@ -1,4 +1,5 @@
-"""Clients from the Airflow connections blobgc reads (docs/reference.md §2): PostgreSQL, S3 and Redis."""
+"""Clients from the Airflow connections blobgc reads (docs/reference.md §2): PostgreSQL, the object stores (S3, GCS,
+Azure Blob Storage) and Redis."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from botocore.config import Config
 from psycopg.conninfo import make_conninfo
 
 from blobgc.core.clients import S3_CONFIG, pg_connect
-from blobgc.core.objects import ObjectStore, Paginator
+from blobgc.core.objects import ObjectStore, Paginator, StoreUnknown
 from blobgc.core.settings import ConfigurationError
 
 if TYPE_CHECKING:
@@ -120,6 +121,41 @@ def s3_client(conn_id: str = S3_CONN_ID):
     return S3Hook(aws_conn_id=conn_id, config=client_config(extra)).get_conn()
 
 
+# The connection types that name a store, and the extra that brings its provider (README, "Object stores").
+STORE_TYPES = {"aws": "S3", "google_cloud_platform": "Google Cloud Storage", "wasb": "Azure Blob Storage"}
+STORE_EXTRAS = {"google_cloud_platform": "blobgc[gcs]", "wasb": "blobgc[azure]"}
+
+
+def store_client(conn_id: str = S3_CONN_ID) -> ObjectStore:
+    """The object store behind connection `conn_id`, picked by the connection's type: an S3 client (`aws`), a
+    `blobgc.core.stores.gcs.GcsStore` through the Google provider's GCSHook (`google_cloud_platform`), or a
+    `blobgc.core.stores.azure.AzureStore` through the Azure provider's WasbHook (`wasb`). Every one answers the
+    core's `ObjectStore` calls."""
+    from airflow.sdk import Connection
+
+    conn_type = Connection.get(conn_id).conn_type or ""
+    try:
+        if conn_type == "aws":
+            return s3_client(conn_id)
+        if conn_type == "google_cloud_platform":
+            from blobgc.dag_kit.store_gcs import gcs_store
+
+            return gcs_store(conn_id)
+        if conn_type == "wasb":
+            from blobgc.dag_kit.store_azure import azure_store
+
+            return azure_store(conn_id)
+    except ModuleNotFoundError as error:
+        raise ConfigurationError(
+            f"connection {conn_id!r} is of type {conn_type!r}, {STORE_TYPES[conn_type]}, whose provider is not "
+            f"installed ({error.name} is missing): install {STORE_EXTRAS.get(conn_type, 'blobgc')}"
+        ) from error
+    raise ConfigurationError(
+        f"connection {conn_id!r} is of type {conn_type!r}, which names no object store blobgc knows: give it one of "
+        + ", ".join(f"{t} ({name})" for t, name in STORE_TYPES.items())
+    )
+
+
 def client_config(extra: dict) -> Config:
     """blobgc's botocore defaults (`blobgc.core.clients.S3_CONFIG`) under the connection's `config_kwargs`:
     a setting the connection makes wins. S3Hook uses a `config` given to it instead of the connection's."""
@@ -143,21 +179,37 @@ def redis_client(conn_id: str = REDIS_CONN_ID) -> redis.Redis | RedisCluster:
     return RedisHook(redis_conn_id=conn_id).get_conn()
 
 
-class S3ByBucket:
+class StoreByBucket:
     """One object store over several connections (a `blobgc.core.objects.ObjectStore`): each call goes to the client
-    of its `Bucket` argument.
+    of its `Bucket` argument, whichever store that is (S3, GCS, Azure Blob Storage).
 
-    Collections may keep their objects behind their own connection (`s3_conn_id`, docs/reference.md §6);
-    the outbox, which drains every source's keys in one pass, and restore talk to all of them
-    through this. Calls without a bucket, and buckets of no collection, use the default client.
+    Collections may keep their objects behind their own connection (`conn_id`, docs/reference.md §6), and so may
+    the seed kinds' buckets (Variable blobgc_bucket_connections); the outbox, which drains every source's keys in
+    one pass, restore and reconcile talk to all of them through this. Calls without a bucket, and buckets of no
+    such connection, use the default client (`blobgc_s3`).
     """
 
-    def __init__(self, default: ObjectStore, by_bucket: dict[str, ObjectStore]) -> None:
+    def __init__(
+        self,
+        default: ObjectStore,
+        by_bucket: dict[str, ObjectStore],
+        *,
+        known: frozenset[str] = frozenset(),
+        unknown: str | None = None,
+    ) -> None:
         self._default = default
         self._by_bucket = by_bucket
+        self._known = known  # buckets whose connection is known (the default's among them)
+        self._unknown = unknown  # why another bucket's store is unknown; None: every other bucket is the default's
 
     def client_for(self, bucket: str | None) -> ObjectStore:
-        return self._by_bucket.get(bucket or "", self._default)
+        """The store of `bucket`'s connection; with the collections file unusable, a bucket of no known connection
+        raises StoreUnknown (its owed objects stay owed) instead of going to the default store."""
+        if bucket and bucket in self._by_bucket:
+            return self._by_bucket[bucket]
+        if self._unknown is not None and bucket and bucket not in self._known:
+            raise StoreUnknown(bucket, self._unknown)
+        return self._default
 
     def get_paginator(self, operation_name: str) -> Paginator:
         by_bucket = self

@@ -33,7 +33,7 @@ from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_obj
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
-from blobgc.dag_kit.collections import quarantine_policy, s3_for_collections
+from blobgc.dag_kit.collections import quarantine_policy, stores_by_bucket
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.params import S3_POOL
@@ -69,8 +69,10 @@ class Step:
 
     @property
     def s3(self):
+        """The object stores of the run's buckets: `blobgc_s3`'s, routed per bucket to its own connection's store
+        where a collection or Variable blobgc_bucket_connections names one (`stores_by_bucket`)."""
         if self._s3 is None:
-            self._s3 = s3_client()
+            self._s3 = stores_by_bucket(s3_client())
         return self._s3
 
     @property
@@ -181,7 +183,7 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
     def drain(step: Step) -> DrainResult:
         result = delete_owed_objects(
             step.conn,
-            s3_for_collections(step.s3),
+            step.s3,
             step.run,
             batch_size=step.params["batch_size"],
             workers=OUTBOX_DRAINS,
@@ -210,7 +212,7 @@ def purge_quarantine_step(task_id: str = "purge_quarantine", **task_kwargs: Any)
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def purge(step: Step) -> QuarantinePurge:
-        return purge_quarantine(step.conn, s3_for_collections(step.s3), step.run)
+        return purge_quarantine(step.conn, step.s3, step.run)
 
     return purge
 

@@ -24,7 +24,7 @@ from airflow.sdk import Param, task
 from blobgc.collectors import restore
 from blobgc.collectors.restore import RestorePlan, RestoreResult
 from blobgc.dag_kit import S3_POOL, Step, dag_defaults, gc_step, report_run
-from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection, s3_for_collections
+from blobgc.dag_kit.collections import checked_collections, collections_param, one_collection
 
 
 @sdk.dag(
@@ -46,7 +46,7 @@ def blobgc_restore():
     def plan_restore(step: Step) -> RestorePlan:  # a refusal fails at once: no retry can change the answer
         sources = [b.collection.source for b in checked_collections(step.conn, step.params)] \
             if step.params["collections"] else None
-        return restore.plan_restore(step.conn, s3_for_collections(step.s3), step.params["run_id"],
+        return restore.plan_restore(step.conn, step.s3, step.params["run_id"],
                                     step.params["source_dag_id"], sources)
 
     @gc_step()
@@ -55,11 +55,11 @@ def blobgc_restore():
 
     @gc_step(pool=S3_POOL)
     def restore_objects(step: Step, plan: dict) -> RestoreResult:
-        return restore.restore_objects(step.conn, s3_for_collections(step.s3), step.run, RestorePlan.from_xcom(plan))
+        return restore.restore_objects(step.conn, step.s3, step.run, RestorePlan.from_xcom(plan))
 
     @gc_step(pool=S3_POOL)
     def restore_rows(step: Step, plan: dict) -> RestoreResult:
-        return restore.restore_rows(step.conn, s3_for_collections(step.s3), step.run, RestorePlan.from_xcom(plan))
+        return restore.restore_rows(step.conn, step.s3, step.run, RestorePlan.from_xcom(plan))
 
     @task
     def collections_with_rows(plan: dict) -> list[str]:
@@ -67,7 +67,7 @@ def blobgc_restore():
 
     @gc_step(pool=S3_POOL, map_index_template="{{ task.op_kwargs['collection'] }}")
     def restore_collection_rows(step: Step, plan: dict, collection: str) -> RestoreResult:
-        return restore.restore_collection_rows(step.conn, s3_for_collections(step.s3), step.run,
+        return restore.restore_collection_rows(step.conn, step.s3, step.run,
                                                RestorePlan.from_xcom(plan), one_collection(step.conn, collection))
 
     planned = plan_restore()

@@ -62,7 +62,7 @@ from blobgc.collectors.reconcile.checks import (
 )
 from blobgc.collectors.reconcile.shards import Shard, ShardResult, sources_in_run
 from blobgc.collectors.reconcile.sightings import Passes, confirm_orphans, start_pass
-from blobgc.core import queries
+from blobgc.core import inventory_azure, inventory_gcs, queries
 from blobgc.core.collections import BoundCollection
 from blobgc.core.inventory_reports import (
     Destination,
@@ -380,22 +380,14 @@ def reconcile_from_inventory(
     memory_limit: str = "1GB",
     part_rows: int = PART_ROWS,
 ) -> ShardResult:
-    """Reconcile one bucket from the report at `manifest` (`s3://bucket/key` of its manifest.json), planning the
-    orphans found on `confirmations` real runs in a row (`sightings`).
+    """Reconcile one bucket from the report at `manifest` (`s3://`, `gs://` or `az://` location of its manifest, as
+    `locate` gave it), planning the orphans found on `confirmations` real runs in a row (`sightings`).
 
     `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
     """
     check_age_floor(run, cutoff)
     age_floor = judged_age(run, cutoff)  # an object this old is judged
-    where = Destination.parse(manifest.rsplit("/", 1)[0], source_bucket=scope.bucket)
-    configuration = where.prefix.rstrip("/").split("/")[-2]
-    report = read_manifest(
-        inventory_s3,
-        where.bucket,
-        f"{where.prefix}manifest.json",
-        source_bucket=scope.bucket,
-        configuration=configuration,
-    )
+    report = read_located(inventory_s3, manifest, scope.bucket)
     report.check_age(run.reference_time or datetime.now(UTC), max_age_hours)
     passes = start_pass(conn, run, confirmations)
     result = ShardResult(f"inventory of {scope.bucket}")
@@ -476,12 +468,35 @@ def report_shards(
 def locate(
     inventory_s3, destinations: dict[str, str], bucket: str, reference_time: datetime | None, max_age_hours: float
 ) -> Report:
-    """The newest usable report of `bucket` (Variable blobgc_inventory names its destination), checked for age."""
+    """The newest usable report of `bucket` (Variable blobgc_inventory names its destination), checked for age.
+
+    The destination's scheme says whose format is written there: `s3://` S3 Inventory, `gs://` GCS Storage Insights
+    (`blobgc.core.inventory_gcs`), `az://` Azure Blob Inventory (`blobgc.core.inventory_azure`). Each is read
+    through `inventory_s3`, the store of the destination's bucket or container."""
     if bucket not in destinations:
         raise InventoryError(
             f"source=inventory, but Variable blobgc_inventory names no inventory destination for "
             f"bucket {bucket} (it names {', '.join(sorted(destinations)) or 'none'})"
         )
-    report = find_report(inventory_s3, Destination.parse(destinations[bucket], source_bucket=bucket), bucket)
+    destination = Destination.parse(destinations[bucket], source_bucket=bucket)
+    finders = {"s3": find_report, "gs": inventory_gcs.find_report, "az": inventory_azure.find_report}
+    report = finders[destination.scheme](inventory_s3, destination, bucket)
     report.check_age(reference_time or datetime.now(UTC), max_age_hours)
     return report
+
+
+def read_located(inventory_s3: ObjectStore, location: str, bucket: str) -> Report:
+    """The report at `location` (as `locate` gave it: its manifest's `s3://`, `gs://` or `az://` URL), read and
+    checked again against `bucket`, as the run that found it did."""
+    if location.startswith("gs://"):
+        return inventory_gcs.read_at(inventory_s3, location, bucket)
+    if location.startswith("az://"):
+        return inventory_azure.read_at(inventory_s3, location, bucket)
+    where = Destination.parse(location.rsplit("/", 1)[0], source_bucket=bucket)
+    return read_manifest(
+        inventory_s3,
+        where.bucket,
+        f"{where.prefix}manifest.json",
+        source_bucket=bucket,
+        configuration=where.prefix.rstrip("/").split("/")[-2],
+    )
