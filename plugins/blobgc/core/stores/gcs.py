@@ -56,8 +56,8 @@ import urllib3
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 from google.api_core import exceptions as google_errors
 from google.auth import exceptions as auth_errors
-from google.cloud.storage.batch import Batch  # type: ignore[import-untyped]
-from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
+from google.cloud.storage.batch import Batch
+from google.cloud.storage.retry import DEFAULT_RETRY
 
 from blobgc.core.stores import OneCallCopies
 
