@@ -96,21 +96,22 @@ def stores_by_bucket(default):
     """
     if isinstance(default, StoreByBucket):
         return default
-    own = bucket_connections()
-    seeds = seed_buckets()
-    for bucket in seeds:
+    named = bucket_connections()
+    own = dict(named)
+    for bucket in seed_buckets():
         own.setdefault(bucket, S3_CONN_ID)
+    default_bucket = blob_bucket()
     try:
-        declared = load_collections(default_bucket=blob_bucket())
+        declared = load_collections(default_bucket=default_bucket)
     except ConfigurationError as error:
         log.warning("collections file unusable (%s): the buckets of its collections are not reached", error)
         return routed(default, own, unknown=f"the collections file is unusable ({error})")
     for c in declared.values():
-        bucket = c.bucket_or(blob_bucket())
+        bucket = c.bucket_or(default_bucket)
         if own.setdefault(bucket, c.conn_id) != c.conn_id:
             by = (
                 f"Variable {BUCKET_CONNECTIONS}"
-                if bucket in bucket_connections()
+                if bucket in named
                 else f"blobgc's own kinds (their bucket is {S3_CONN_ID}'s unless Variable {BUCKET_CONNECTIONS} "
                 "names another)"
             )
