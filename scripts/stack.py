@@ -28,6 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,20 +374,32 @@ def server_script(name: str):
     return module
 
 
-def up_store(env: dict[str, str], name: str, port: int, endpoint: str, buckets: tuple[str, ...], what: str) -> None:
-    """Start scripts/<name>_server.py on `port` (idempotent), then create `buckets`, versioned."""
+def start_store(name: str, port: int, env: dict[str, str], what: str) -> Callable[[], None] | None:
+    """Start scripts/<name>_server.py on `port` unless it runs; returns the wait for it to answer (None if it ran)."""
     pid = read_pid(name)
-    if not (pid_alive(pid) and port_open(port)):
-        if port_open(port):
-            raise SystemExit(f"[stack] port {port} is taken by another process; set BLOBGC_{name.upper()}_PORT")
-        log(f"starting {what} on {HOST}:{port}")
-        spawn(name, [str(VENV_BIN / "python"), str(ROOT / "scripts" / f"{name}_server.py"), "--host", HOST,
-                     "--port", str(port), "--data", str(STATE / name)], process_env(env))
-        # the Azure server installs Azurite from npm on its first start (about 20 s)
-        wait_for(lambda: port_open(port), f"{what} server", 180, LOGS / f"{name}.log")
-    else:
+    if pid_alive(pid) and port_open(port):
         log(f"{what} already running (pid {pid}, port {port})")
-    server_script(f"{name}_server").ensure_buckets(endpoint, list(buckets), True)
+        return None
+    if port_open(port):
+        raise SystemExit(f"[stack] port {port} is taken by another process; set BLOBGC_{name.upper()}_PORT")
+    log(f"starting {what} on {HOST}:{port}")
+    spawn(name, [str(VENV_BIN / "python"), str(ROOT / "scripts" / f"{name}_server.py"), "--host", HOST,
+                 "--port", str(port), "--data", str(STATE / name)], process_env(env))
+    # the Azure server installs Azurite from npm on its first start (about 30 s)
+    return lambda: wait_for(lambda: port_open(port), f"{what} server", 180, LOGS / f"{name}.log")
+
+
+def up_stores(env: dict[str, str], then: Callable[[], None]) -> None:
+    """Start the GCS and Azure servers, run `then` (the migrations, Airflow) while they come up (Azurite's first
+    start installs it from npm), then wait for both and create their buckets (containers), versioned."""
+    stores = [("gcs", GCS_PORT, "BLOBGC_GCS_ENDPOINT", GCS_BUCKETS, "GCS (gcp-storage-emulator)"),
+              ("azure", AZURE_PORT, "BLOBGC_AZURE_ENDPOINT", AZURE_CONTAINERS, "Azure Blob Storage (Azurite)")]
+    waits = [start_store(name, port, env, what) for name, port, _, _, what in stores]
+    then()
+    for wait, (name, _, endpoint, buckets, _) in zip(waits, stores, strict=True):
+        if wait:
+            wait()
+        server_script(f"{name}_server").ensure_buckets(env[endpoint], list(buckets), True)
 
 
 # ---------------------------------------------------------------- Airflow
@@ -502,10 +515,12 @@ def cmd_up() -> None:
     up_postgres(env)
     up_redis(env)
     up_s3(env)
-    up_store(env, "gcs", GCS_PORT, env["BLOBGC_GCS_ENDPOINT"], GCS_BUCKETS, "GCS (gcp-storage-emulator)")
-    up_store(env, "azure", AZURE_PORT, env["BLOBGC_AZURE_ENDPOINT"], AZURE_CONTAINERS, "Azure Blob Storage (Azurite)")
-    migrate(env)
-    up_airflow(env)
+
+    def migrate_and_start_airflow() -> None:
+        migrate(env)
+        up_airflow(env)
+
+    up_stores(env, then=migrate_and_start_airflow)
     log(f"stack is up; source {STATE / 'env'}; Airflow UI http://localhost:{AIRFLOW_PORT} (admin/admin)")
 
 

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +34,7 @@ from blobgc.core.objects import (
 from blobgc.core.quarantine import delete_copies
 from blobgc.core.stores.azure import AzureStore, s3_code
 from blobgc.dag_kit.store_azure import azure_store
-from tests.support.stores import server_endpoint, server_script
+from tests.support.stores import remove_bucket, server_endpoint, server_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,13 +59,17 @@ def new_container(endpoint: str, *, versioned: bool) -> str:
 
 
 @pytest.fixture
-def container(azure_endpoint) -> str:
-    return new_container(azure_endpoint, versioned=False)
+def container(azure_endpoint) -> Iterator[str]:
+    name = new_container(azure_endpoint, versioned=False)
+    yield name
+    remove_bucket("azure", name)  # Azurite keeps every blob in memory and lists more slowly as it holds more
 
 
 @pytest.fixture
-def versioned_container(azure_endpoint) -> str:
-    return new_container(azure_endpoint, versioned=True)
+def versioned_container(azure_endpoint) -> Iterator[str]:
+    name = new_container(azure_endpoint, versioned=True)
+    yield name
+    remove_bucket("azure", name)
 
 
 def backdate(endpoint: str, bucket: str, key: str, seconds: float) -> None:
@@ -252,10 +257,11 @@ def test_delete_objects_reports_a_missing_key_as_no_such_key_and_lists_the_delet
 
 
 def test_delete_objects_in_batches_counts_a_missing_key_deleted_and_keeps_the_leased_one_owed(azure, container):
-    keys = [f"o/{i:04d}" for i in range(1001)]
+    keys = [f"o/{i:04d}" for i in range(301)]
     put_many(azure, container, keys[:-1])  # the last one never existed
     lease(azure, container, "o/0007")
-    outcome = delete_objects_in_batches(azure, container, keys, sleep=lambda _: None)
+    # two calls of up to 300 keys (each cut into Blob Batches of 256 by the store)
+    outcome = delete_objects_in_batches(azure, container, keys, batch_size=300, sleep=lambda _: None)
     assert set(outcome.failed) == {"o/0007"} and outcome.permanent == {"o/0007"}
     assert "AccessDenied" in outcome.failed["o/0007"]
     assert set(outcome.deleted) == set(keys) - {"o/0007"}
@@ -391,19 +397,19 @@ def test_delete_copies_purges_every_version_of_a_quarantine_copy(azure, versione
 
 
 def test_first_key_after_an_uncached_start_after_costs_one_list_request_per_5000_keys(azure, container, monkeypatch):
-    keys = [f"k/{i:04d}" for i in range(1200)]
+    keys = [f"k/{i:04d}" for i in range(300)]
     put_many(azure, container, keys)
     fresh = AzureStore(azure.client)  # no marker cached: as a task that did not list the page before
     calls = counting_list_calls(monkeypatch)
-    assert first_key(fresh, container, "k/", "k/1100") == "k/1101"
-    assert len(calls) == 1
+    assert first_key(fresh, container, "k/", "k/0250") == "k/0251"
+    assert len(calls) == 1  # not one per key (or per small page) before it
     calls.clear()
-    assert leading_shards(fresh, container, "k/", chars=2) == [f"k/{i:02d}" for i in range(12)]
-    assert len(calls) == 13  # one per shard found, and the one that finds none
+    assert leading_shards(fresh, container, "k/", chars=2) == ["k/00", "k/01", "k/02"]
+    assert len(calls) == 4  # one per shard found, and the one that finds none
 
 
 def test_pages_after_an_uncached_start_after_resume_by_token_without_rescanning(azure, container, monkeypatch):
-    keys = [f"r/{i:04d}" for i in range(1200)]
+    keys = [f"r/{i:04d}" for i in range(300)]
     put_many(azure, container, keys)
     fresh = AzureStore(azure.client)
     calls = counting_list_calls(monkeypatch)
@@ -414,8 +420,8 @@ def test_pages_after_an_uncached_start_after_resume_by_token_without_rescanning(
     assert got == keys[100:105]
     assert len(calls) == 5  # one request a page, never a rescan from the prefix's start
     calls.clear()
-    assert listed_keys(fresh, container, "r/", StartAfter="r/0099", MaxKeys=250) == keys[100:]
-    assert len(calls) == 5
+    assert listed_keys(fresh, container, "r/", StartAfter="r/0099", MaxKeys=60) == keys[100:]
+    assert len(calls) == 4  # 200 keys in pages of 60
 
 
 # ---------------------------------------------------------------- listing: Azure's UTF-16 order
