@@ -24,10 +24,13 @@ Three parts, each skipped when its size is 0. Every figure is measured in this r
    server's bulk loader, 99% with a row); the ratio of the two throughputs is printed.
 2. **Anti-join alone** (`--antijoin`, default 100,000,000): N inventory keys and N accounted keys (1%
    differ on each side) made directly in DuckDB (`blobgc.core.inventory_reports.Engine`, memory_limit 1GB, in a
-   scratch directory under `--workdir`), then reconcile_part's three statements (blobgc/sql/inventory/), part by part
-   (`PART_ROWS` inventory keys each), every leftover fetched and counted. Each in a child process, at N/10
-   and at N, so the growth over x10 keys is measured; peak RSS, the scratch directory's size after the
-   load and at its peak (sampled), and projections to 1B keys, linear and at the measured growth.
+   scratch directory under `--workdir`), each side written once into Parquet part files by hash
+   (`Engine.write_parts`, `PART_ROWS` inventory keys a part), then each part alone, as a mapped task does it: a
+   fresh DuckDB on that part's files (`Engine.open_part`) and reconcile_part's three statements
+   (blobgc/sql/inventory/), every leftover fetched and counted. Each size in a child process, at N/10 and at N,
+   so the growth over x10 keys is measured (of the parts alone, of part files and parts, and of everything with the
+   load); peak RSS, the part files' size (per million keys), the scratch directory at its peak (sampled), and
+   projections to 1B keys, linear and at the measured growth.
 3. **Parallel listing** (`--listing-objects`, default 200,000; `--ranges 1,2,4`): that many real objects in
    one seed source shard (`pastes/0...`, the next character 0-9a-f), rows for 99%; for each R, the shard is
    cut with `split_shard` into R ranges, reconciled by R worker processes at once (each with its own
@@ -249,8 +252,9 @@ def orphan_objects(bucket: str, orphans: int) -> None:
 
 
 def write_inventory(s3, source: str, destination: Destination, n: int, orphans: int, missing: int,
-                    file_format: str, workdir: Path) -> tuple[str, int]:
-    """The report: content rows `missing`+1..n (rows 1..missing have no object) and `orphans` keys of no row."""
+                    file_format: str, workdir: Path, seed: str = "c") -> tuple[str, int]:
+    """The report: content rows `missing`+1..n (rows 1..missing have no object) and `orphans` keys of no row (the
+    rows' hashes are of `seed` || g, as `inventory_rows` makes them)."""
     import duckdb
 
     from blobgc.inventory import write_report
@@ -263,7 +267,8 @@ def write_inventory(s3, source: str, destination: Destination, n: int, orphans: 
     try:
         db.execute("SET memory_limit = '4GB'")
         db.execute(f"""CREATE TABLE objects AS
-                       SELECT 'pastes/' || sha256('c' || g) AS key, {columns} FROM range({missing + 1}, {n + 1}) t(g)
+                       SELECT 'pastes/' || sha256('{seed}' || g) AS key, {columns}
+                       FROM range({missing + 1}, {n + 1}) t(g)
                        UNION ALL
                        SELECT 'pastes/' || sha256('o' || g) AS key, {columns} FROM range(1, {orphans + 1}) t(g)""")
         count = db.execute("SELECT count(*) FROM objects").fetchone()[0]
@@ -436,6 +441,7 @@ def inventory_at_scale(n: int, formats: list[str], missing: int, workdir: Path) 
 
 
 def antijoin_child(n: str, workdir: str) -> int:
+    from blobgc.collectors.reconcile.from_inventory import part_files
     from blobgc.core.inventory_reports import Engine
 
     n_keys = int(n)
@@ -443,7 +449,7 @@ def antijoin_child(n: str, workdir: str) -> int:
     sampler = Sampler(directory)
     out: dict = {"n": n_keys}
     with sampler:
-        db = Engine(directory, memory_limit=MEMORY_LIMIT)
+        db = Engine(directory / "duckdb", memory_limit=MEMORY_LIMIT)
         try:
             sampler.phase = "load"
             out["load_s"], _ = timed(lambda: (
@@ -457,20 +463,32 @@ def antijoin_child(n: str, workdir: str) -> int:
                 db.db.execute("CHECKPOINT")))
             out["disk_after_load_bytes"] = tree_bytes(directory)
             parts = out["parts"] = max(1, math.ceil(n_keys / PART_ROWS))
+            sampler.phase = "part files"
+            out["write_parts_s"], counts = timed(lambda: db.write_parts(directory / "parts", parts))
+            out["part_files_bytes"] = tree_bytes(directory / "parts")
+        finally:
+            db.close()
+        shutil.rmtree(directory / "duckdb", ignore_errors=True)  # what the mapped parts need is the part files
+        try:
             sampler.phase = "anti-join"
             per_part, keys, leftovers, lacking = [], 0, 0, 0
             started = time.perf_counter()
-            for p in range(parts):
-                in_part = {"parts": parts, "part": p}
+            for p in range(parts):  # as each mapped task does, on its own part's files
                 part_started = time.perf_counter()
-                leftovers += sum(1 for _ in db.query("inventory/select_leftover_keys", {**in_part, "after": ""}))
-                lacking += sum(1 for _ in db.query("inventory/select_lacking_keys", {**in_part, "after": ""}))
-                keys += db.count("inventory/count_part_keys", in_part)
+                part_db = Engine(directory / f"duckdb-{p}", memory_limit=MEMORY_LIMIT)
+                try:
+                    part_db.open_part(*part_files(directory / "parts", p), counts[p])
+                    leftovers += sum(1 for _ in part_db.query("inventory/select_leftover_keys", {"after": ""}))
+                    lacking += sum(1 for _ in part_db.query("inventory/select_lacking_keys", {"after": ""}))
+                    part_db.count("inventory/count_matched_keys")
+                    keys += part_db.count("inventory/count_inventory_keys")
+                finally:
+                    part_db.close()
+                    shutil.rmtree(directory / f"duckdb-{p}", ignore_errors=True)
                 per_part.append(time.perf_counter() - part_started)
             out.update(seconds=time.perf_counter() - started, part_seconds=per_part, keys=keys, leftovers=leftovers,
                        lacking=lacking)
         finally:
-            db.close()
             shutil.rmtree(directory, ignore_errors=True)
     out.update(disk_peak_bytes=sampler.disk_bytes, peak_rss_mb=peak_rss_mb(), phase_rss_mb=dict(sampler.rss_mb))
     print(json.dumps(out))
@@ -485,11 +503,17 @@ def antijoin_alone(n: int, workdir: Path) -> dict:
               flush=True)
         out = run_child("antijoin", str(size), str(workdir))
         assert out["keys"] == size and out["leftovers"] == size // 100 and out["lacking"] == size // 100, out
-        print(f"  load {out['load_s']:.1f}s; anti-join {out['seconds']:.1f}s in {out['parts']} parts; peak RSS "
-              f"{out['peak_rss_mb']:,.0f} MB; scratch {out['disk_after_load_bytes'] / 1e9:.1f} GB", flush=True)
+        out["join_s"] = out["write_parts_s"] + out["seconds"]  # the anti-join proper: part files, then each part
+        out["total_s"] = out["load_s"] + out["join_s"]
+        print(f"  load {out['load_s']:.1f}s; part files {out['write_parts_s']:.1f}s "
+              f"({out['part_files_bytes'] / 1e9:.2f} GB); anti-join {out['seconds']:.1f}s in {out['parts']} parts; "
+              f"peak RSS {out['peak_rss_mb']:,.0f} MB; scratch {out['disk_peak_bytes'] / 1e9:.1f} GB at its peak",
+              flush=True)
         runs.append(out)
     small, big = runs
     big["small"] = small
+    big["growth_x10_join"] = big["join_s"] / small["join_s"]
+    big["growth_x10_total"] = big["total_s"] / small["total_s"]
     big["growth_x10"] = big["seconds"] / small["seconds"]
     big["exponent"] = math.log10(big["growth_x10"])
     big["projection_1b_linear_s"] = big["seconds"] * 1e9 / n
@@ -599,9 +623,13 @@ def report_antijoin(results: dict) -> None:
               f"{a['lacking']:,} lacking keys fetched")
         print(f"peak RSS:     {a['peak_rss_mb']:,.0f} MB (load {mb(a['phase_rss_mb'].get('load', 0))}, anti-join "
               f"{mb(a['phase_rss_mb'].get('anti-join', 0))})")
+        print(f"part files:   {a['write_parts_s']:.1f}s; {a['part_files_bytes'] / 1e9:.2f} GB = "
+              f"{a['part_files_bytes'] / (a['n'] / 1e6) / 1e6:.0f} MB per million keys (both sides)")
         s = a["small"]
         print(f"growth:       {s['n']:,} keys in {s['seconds']:.1f}s ({s['parts']} parts) -> {a['n']:,} in "
-              f"{a['seconds']:.1f}s: x{a['growth_x10']:.1f} for x10 keys (N^{a['exponent']:.2f})")
+              f"{a['seconds']:.1f}s: x{a['growth_x10']:.1f} for x10 keys (N^{a['exponent']:.2f}); with the part "
+              f"files x{a['growth_x10_join']:.1f}; load, part files and parts x{a['growth_x10_total']:.1f} "
+              f"({s['total_s']:.1f}s -> {a['total_s']:.1f}s)")
         print(f"1B keys:      {a['projection_1b_linear_s'] / 60:.0f} min if linear; "
               f"{a['projection_1b_measured_s'] / 3600:.1f} h at the measured growth; scratch "
               f"~{a['disk_peak_bytes'] * 1e9 / a['n'] / 1e9:.0f} GB")

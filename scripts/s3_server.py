@@ -12,8 +12,20 @@ are always returned. Everything else is moto's own server, with its own argument
 Listing: moto answers every ListObjectsV2 call by scanning and sorting every key of the bucket,
 whatever the prefix, so one page of a shard costs as much as the whole bucket (2.5 s a call at a
 million objects). S3 and MinIO walk an ordered index. This server does the same for listings
-without a delimiter: a sorted list of the bucket's key names, rebuilt only after the bucket's
-keys change, and each page found by bisection. Listings with a delimiter stay moto's own.
+without a delimiter: a sorted list of the bucket's key names, and each page found by bisection.
+The index is rebuilt only when a name is added (a write to a name already there, a new version or
+a delete marker, leaves it as it is); a deleted name stays in it, skipped by listings because the
+store no longer holds it, until deleted names are half of it, so deleting never re-sorts a bucket.
+Listings with a delimiter stay moto's own. moto then renders each page through its generic,
+model-driven serializer, about 0.5 ms per listed object (0.5 s for a page of 1000; measured 1,690
+objects/s through boto3). This server renders a ListObjectsV2 page without a delimiter, owners or
+checksums itself: moto's serializer renders the page without its objects, and the <Contents>
+elements moto would write (Key, LastModified, ETag, Size, StorageClass, escaped alike; with
+encoding-type=url the keys moto quoted) are put in their place: 35 ms for a page of 1000. The answer
+is byte for byte moto's own (same keys, sizes, ETags, LastModified including backdated ones,
+versioned buckets' current versions only, delete markers hidden, prefix, start-after,
+continuation-token, max-keys honoured): a request with the header `x-blobgc-moto-listing: 1` is
+rendered by moto alone, and tests/core/test_objects.py compares the two.
 
 Benchmark fixtures: moto stores about 150 PUTs/s here, so loading the half million objects a
 benchmark deletes would take most of an hour. `POST /_blobgc/bulk-put?bucket=NAME[&age=SECONDS]` with a
@@ -66,6 +78,8 @@ from moto.s3.utils import _VersionedKeyStore, compute_checksum
 from moto.settings import S3_UPLOAD_PART_MIN_SIZE, get_s3_default_key_buffer_size
 from moto.s3.responses import S3Response
 from werkzeug.wrappers import Request, Response
+from xml.sax.saxutils import escape as xml_escape
+from moto.core.responses import ActionResult
 
 BULK_PUT_PATH = "/_blobgc/bulk-put"
 SPARSE_PUT_PATH = "/_blobgc/sparse-put"
@@ -76,26 +90,64 @@ OUTAGE_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnava
 
 
 def bump_version(method_name: str):
+    """A change that may add a name: the sorted index is rebuilt before the next listing."""
     original = getattr(_VersionedKeyStore, method_name)
 
     def mutating(self, *args, **kwargs):
-        self.__dict__["blobgc_version"] = self.__dict__.get("blobgc_version", 0) + 1
-        return original(self, *args, **kwargs)
+        try:
+            return original(self, *args, **kwargs)
+        finally:  # after the change, as in bump_if_new
+            self.__dict__["blobgc_version"] = self.__dict__.get("blobgc_version", 0) + 1
 
     return mutating
 
 
-for _name in ("__setitem__", "__delitem__", "pop", "setlist", "clear", "update", "setdefault"):
+def bump_if_new(method_name: str):
+    """Writing a name already in the index (a new version, a delete marker) leaves the index as it is."""
+    original = getattr(_VersionedKeyStore, method_name)
+
+    def writing(self, key, *args, **kwargs):
+        new = not dict.__contains__(self, key)
+        try:
+            return original(self, key, *args, **kwargs)
+        finally:
+            if new:  # after the write: a listing that sorted the names meanwhile cached them under the old version
+                self.__dict__["blobgc_version"] = self.__dict__.get("blobgc_version", 0) + 1
+
+    return writing
+
+
+def count_removal(method_name: str):
+    """A removed name stays in the index, skipped by listings (it is no longer in the store), until removals are
+    half of the index: deleting never re-sorts the bucket's names."""
+    original = getattr(_VersionedKeyStore, method_name)
+
+    def removing(self, *args, **kwargs):
+        self.__dict__["blobgc_removed"] = self.__dict__.get("blobgc_removed", 0) + 1
+        return original(self, *args, **kwargs)
+
+    return removing
+
+
+for _name in ("clear", "update"):
     setattr(_VersionedKeyStore, _name, bump_version(_name))
+for _name in ("__setitem__", "setlist", "setdefault"):
+    setattr(_VersionedKeyStore, _name, bump_if_new(_name))
+for _name in ("__delitem__", "pop"):
+    setattr(_VersionedKeyStore, _name, count_removal(_name))
+index_lock = threading.Lock()
 
 
 def sorted_names(store: _VersionedKeyStore) -> list[str]:
-    version = store.__dict__.get("blobgc_version", 0)
-    cached = store.__dict__.get("blobgc_sorted")
-    if cached is None or cached[0] != version:
-        cached = (version, sorted(dict.keys(store)))
-        store.__dict__["blobgc_sorted"] = cached
-    return cached[1]
+    """The bucket's key names in order, possibly with names removed since (a listing skips those)."""
+    with index_lock:
+        version = store.__dict__.get("blobgc_version", 0)
+        cached = store.__dict__.get("blobgc_sorted")
+        if cached is None or cached[0] != version or 2 * store.__dict__.get("blobgc_removed", 0) > len(cached[1]):
+            store.__dict__["blobgc_removed"] = 0
+            cached = (version, sorted(dict.keys(store)))
+            store.__dict__["blobgc_sorted"] = cached
+        return cached[1]
 
 
 moto_list_objects_v2 = S3Backend.list_objects_v2
@@ -113,7 +165,7 @@ def list_objects_v2_from_index(self, bucket, prefix, delimiter, continuation_tok
         position = max(position, bisect.bisect_right(names, after))
     found = []
     while position < len(names) and names[position].startswith(prefix) and len(found) <= max_keys:
-        key = bucket.keys.get(names[position])
+        key = bucket.keys.get(names[position])  # None: removed since the index was sorted
         if key is not None and not isinstance(key, FakeDeleteMarker):
             found.append(key)
         position += 1
@@ -121,6 +173,47 @@ def list_objects_v2_from_index(self, bucket, prefix, delimiter, continuation_tok
 
 
 S3Backend.list_objects_v2 = list_objects_v2_from_index
+
+# moto renders each response through a generic serializer driven by botocore's model, about 0.5 ms per listed
+# object: 0.6 s for a page of 1000. A ListObjectsV2 page without a delimiter, owners or checksums
+# is rendered here instead: moto's serializer renders the page without its objects (every other element, the
+# headers), and the <Contents> elements are written into it as moto writes them, in the same order and with the
+# same escaping. A request with the header SLOW_LISTING_HEADER is rendered by moto alone: the tests compare the two.
+SLOW_LISTING_HEADER = "x-blobgc-moto-listing"
+moto_serialized = S3Response.serialized
+
+
+def listed_object(item: dict) -> str:
+    storage = item.get("StorageClass")
+    return (
+        f"<Contents><Key>{xml_escape(item['Key'])}</Key><LastModified>{item['LastModified']}</LastModified>"
+        f"<ETag>{xml_escape(item['ETag'])}</ETag><Size>{item['Size']}</Size>"
+        + (f"<StorageClass>{xml_escape(storage)}</StorageClass>" if storage is not None else "")
+        + "</Contents>"
+    )
+
+
+def serialized_listing_fast(self: S3Response, action_result: ActionResult):
+    result = action_result.result
+    if (
+        self.data.get("Action") != "ListObjectsV2"
+        or not isinstance(result, dict)
+        or "Delimiter" in result
+        or not result.get("Contents")
+        or self.headers.get(SLOW_LISTING_HEADER)
+        or any(set(item) - FAST_FIELDS for item in result["Contents"])
+    ):
+        return moto_serialized(self, action_result)
+    status, headers, body = moto_serialized(self, ActionResult({**result, "Contents": []}))
+    text = body.decode() if isinstance(body, bytes) else body
+    at = text.index(IS_TRUNCATED_END) + len(IS_TRUNCATED_END)
+    text = text[:at] + "".join(listed_object(item) for item in result["Contents"]) + text[at:]
+    return status, headers, text.encode() if isinstance(body, bytes) else text
+
+
+FAST_FIELDS = frozenset({"Key", "LastModified", "ETag", "Size", "StorageClass"})
+IS_TRUNCATED_END = "</IsTruncated>"
+S3Response.serialized = serialized_listing_fast
 
 QUIET = re.compile(rb"<Quiet>\s*true\s*</Quiet>", re.IGNORECASE)
 moto_delete_keys = S3Response._bucket_response_delete_keys

@@ -65,7 +65,7 @@ AIRFLOW_COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 EXECUTOR = os.environ.get("BLOBGC_EXECUTOR", "").strip().lower() or "local"
 EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
 CELERY_WORKERS = ("worker-1", "worker-2")
-CELERY_WORKER_CONCURRENCY = 2
+CELERY_WORKER_CONCURRENCY = int(os.environ.get("BLOBGC_CELERY_CONCURRENCY", "2"))  # task slots of each worker
 WORKER_LOG_PORT = int(os.environ.get("BLOBGC_WORKER_LOG_PORT", "8793"))
 # PostgreSQL refuses to run as root; when we are root it runs as this existing unprivileged user.
 PG_SYSTEM_USER = "nobody"

@@ -308,3 +308,111 @@ def test_a_collection_in_a_bucket_of_its_own_is_reconciled_from_its_report_as_by
     assert {u["key"] for u in uploads} <= object_keys(s3, shop_bucket)
     assert conn.execute("SELECT sum(objects_deleted) FROM blobgc.run_part WHERE run_id = %s AND collection = %s",
                         (from_inventory.run_id, bound.name)).fetchone()[0] == 2  # the dry run's figures, by collection
+
+
+# ---------------------------------------------------------------- parts as mapped tasks (issue 34)
+
+
+def prepared_parts(conn, s3, bucket, run, reports, scratch, part_rows):
+    """A DAG's first step for the bucket: its report and formed keys written into part files in `scratch`."""
+    from blobgc.collectors.reconcile.from_inventory import prepare_parts
+
+    report = locate(s3, {bucket: f"s3://{reports}/inv"}, bucket, run.reference_time, 48)
+    scope = scope_of(conn, bucket, [], bucket, seeds=True, prefixes=None)
+    return scope, prepare_parts(conn, s3, run, scope, report.location, scratch=scratch, max_age_hours=48,
+                                part_rows=part_rows)
+
+
+def part_task(conn, s3, run, scope, shard):
+    """One mapped task of the DAG: one part, from its files in the scratch location."""
+    from blobgc.collectors.reconcile.from_inventory import reconcile_inventory_part
+
+    return reconcile_inventory_part(conn, s3, s3, run, scope, shard, cutoff=floor_cutoff(), confirmations=1)
+
+
+def test_parts_reconciled_one_by_one_from_the_scratch_bucket_find_what_one_process_finds(conn, s3, bucket, reports):
+    from blobgc.core.scratch import Location, keys_below, run_folder
+
+    a_bucket_of_every_kind(conn, s3, bucket)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"), file_format="parquet", rows_per_file=5)
+    whole, by_parts = new_run(conn, "whole", dry_run=True), new_run(conn, "parts", dry_run=True)
+    inventory_run(conn, s3, bucket, whole, reports, part_rows=4)
+
+    scratch = Location("s3", reports, ".blobgc-scratch/")
+    scope, shards = prepared_parts(conn, s3, bucket, by_parts, reports, scratch, part_rows=4)
+    folder = run_folder(scratch, by_parts.dag_id, by_parts.run_id).below(bucket)
+    assert [(s.part, s.parts) for s in shards] == [(p, 4) for p in range(4)]
+    assert sum(s.keys for s in shards) == 15 and all(s.scratch == str(folder) for s in shards)
+    written = set(keys_below(s3, folder))
+    assert {k.split("/")[-3] for k in written} == {"inventory", "accounted"}  # .../<side>/part=P/<file>
+    assert {k.split("/")[-2] for k in written} <= {f"part={p}" for p in range(4)}
+
+    results = [part_task(conn, s3, by_parts, scope, shard) for shard in reversed(shards)]  # any order, any worker
+    assert logged(conn, by_parts) == logged(conn, whole) and findings(conn, by_parts) == findings(conn, whole)
+    assert sum(r.keys_checked for r in results) == 15
+    assert list(keys_below(s3, folder)) == []  # each part deleted its files once done
+
+
+def test_a_failed_part_is_retried_alone_from_its_files_and_a_done_part_is_not_redone(conn, s3, bucket, reports,
+                                                                                     monkeypatch):
+    from blobgc.collectors.reconcile import from_inventory
+    from blobgc.core.scratch import Location, keys_below
+
+    orphans = [f"pastes/{sha(f'dead {i}')}" for i in range(12)]
+    put(s3, bucket, *orphans)
+    age(s3, bucket)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"))
+    run = new_run(conn)
+    scope, shards = prepared_parts(conn, s3, bucket, run, reports, Location("s3", reports, "scratch/"), part_rows=5)
+    assert len(shards) == 3
+    failing = max(shards, key=lambda s: s.keys)  # at least 4 of the 12 keys: more than one batch of 2
+    others = [s for s in shards if s is not failing]
+    monkeypatch.setattr(from_inventory, "BATCH", 2)
+    calls, real = [], from_inventory.classify
+
+    def failing_on_the_second_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("the database went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(from_inventory, "classify", failing_on_the_second_batch)
+    with pytest.raises(ConnectionError):
+        part_task(conn, s3, run, scope, failing)
+    monkeypatch.setattr(from_inventory, "classify", real)
+    for shard in others:
+        part_task(conn, s3, run, scope, shard)
+    assert list(keys_below(s3, Location.parse(failing.scratch)))  # the failed part's files wait for its retry
+    retried = part_task(conn, s3, run, scope, failing)
+    assert retried.orphans == failing.keys - 2  # its first batch was recorded before the failure
+    again = part_task(conn, s3, run, scope, others[0])  # cleared by hand after it succeeded: nothing redone
+    assert again.keys_checked == 0 and again.orphans == 0
+    execute_plan(conn, run)
+    assert owed(conn) == set(orphans)
+    assert conn.execute("SELECT count(*) FROM (SELECT unnest(keys) FROM blobgc.deletion_log WHERE run_id = %s) k",
+                        (run.run_id,)).fetchone()[0] == 12  # each owed once
+    assert list(keys_below(s3, Location.parse(failing.scratch))) == []
+
+
+def test_a_part_whose_files_were_changed_fails_naming_the_scratch_files_and_records_nothing(conn, s3, bucket,
+                                                                                           reports):
+    from blobgc.core.scratch import Location, keys_below
+
+    put(s3, bucket, *(f"pastes/{sha(f'dead {i}')}" for i in range(4)))
+    age(s3, bucket)
+    report_of_bucket(s3, bucket, Destination(reports, "inv/"))
+    run = new_run(conn)
+    scope, [shard] = prepared_parts(conn, s3, bucket, run, reports, Location("s3", reports, "scratch/"), 10)
+    inventory_files = [k for k in keys_below(s3, Location.parse(shard.scratch)) if "/inventory/" in k]
+    s3.delete_objects(Bucket=reports, Delete={"Objects": [{"Key": k} for k in inventory_files]})
+    with pytest.raises(InventoryError, match="scratch files were changed or partly deleted"):
+        part_task(conn, s3, run, scope, shard)
+    assert planned(conn, run) == set()
+
+
+def test_a_listing_run_never_judges_the_scratch_folder(conn, s3, bucket):
+    put(s3, bucket, ".blobgc-scratch/blobgc_reconcile/r0/b/inventory/part=0/data_0.parquet", "loose.txt")
+    age(s3, bucket)
+    run = new_run(conn, dry_run=True)
+    listing_run(conn, s3, bucket, run)
+    assert findings(conn, run) == {("unknown_key", "loose.txt")}

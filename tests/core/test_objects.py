@@ -2,6 +2,8 @@
 store."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError
@@ -188,3 +190,166 @@ def test_object_sizes_finds_dense_and_sparse_keys(s3, bucket):
     assert found == {k: len(k) % 5 + 1 for k in keys[::3]}
     sparse = keys[::97]
     assert object_sizes(s3, bucket, sparse) == {k: len(k) % 5 + 1 for k in sparse}
+
+
+# ------------------------------------------------------------------ sizes and existence in bulk (issue 34)
+def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
+    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py)."""
+    import os
+    import urllib.request
+
+    body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
+    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}"
+    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=120) as answer:
+        assert int(answer.read()) == len(rows)
+
+
+class StoreCalls:
+    """A real client that counts listing pages, the objects they listed, and HEADs; optionally refusing listings."""
+
+    def __init__(self, inner, *, deny_listing: bool = False, deny_head: bool = False):
+        self.inner, self.deny_listing, self.deny_head = inner, deny_listing, deny_head
+        self.pages = self.listed = self.heads = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def list_objects_v2(self, **kwargs):
+        if self.deny_listing:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
+        page = self.inner.list_objects_v2(**kwargs)
+        self.pages += 1
+        self.listed += len(page.get("Contents", []))
+        return page
+
+    def head_object(self, **kwargs):
+        self.heads += 1
+        if self.deny_head:
+            raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "HeadObject")
+        return self.inner.head_object(**kwargs)
+
+
+def sized(i: int) -> int:
+    return 1 + (i * 37) % 500
+
+
+def test_dense_keys_across_a_1000_key_boundary_are_listed_with_exact_sizes_and_absent_keys_not_found(s3, bucket):
+    """2,500 keys wanted, 2,400 stored among 3,000 objects: every size exact, the 100 never written not found, and
+    not one HEAD: the ranges are listed, 1000 objects a page at most."""
+    from blobgc.core.objects import object_stats
+
+    bulk_put(bucket, [(f"d/{i:05d}", sized(i)) for i in range(3000) if i % 25])
+    wanted = [f"d/{i:05d}" for i in range(0, 2500)]
+    calls = StoreCalls(s3)
+    found = object_stats(calls, bucket, wanted)
+    assert {k: s.size for k, s in found.items()} == {f"d/{i:05d}": sized(i) for i in range(2500) if i % 25}
+    assert calls.heads == 0 and calls.listed < 2 * 2500, (calls.pages, calls.listed)
+
+
+def test_sparse_keys_are_headed_and_gaps_between_dense_clusters_are_never_listed(s3, bucket):
+    """Two dense clusters with 5,000 objects between them are listed without listing the gap; keys scattered one in
+    300 are asked with HEAD (a listing page would settle too few of them)."""
+    from blobgc.core.objects import object_stats
+
+    bulk_put(bucket, [(f"g/{i:05d}", sized(i)) for i in range(6000)])
+    clusters = [f"g/{i:05d}" for i in list(range(0, 400)) + list(range(5600, 6000))]
+    calls = StoreCalls(s3)
+    assert {k: s.size for k, s in object_stats(calls, bucket, clusters).items()} == {
+        k: sized(int(k[2:])) for k in clusters}
+    assert calls.heads == 0 and calls.listed < 1200, (calls.pages, calls.listed)
+    scattered = [f"g/{i:05d}" for i in range(0, 6000, 300)] + [f"g/{i:05d}x" for i in range(0, 6000, 300)]
+    calls = StoreCalls(s3)
+    assert {k: s.size for k, s in object_stats(calls, bucket, scattered).items()} == {
+        f"g/{i:05d}": sized(i) for i in range(0, 6000, 300)}
+    assert calls.heads >= len(scattered) - 16 and calls.pages <= 2, (calls.pages, calls.heads)
+
+
+def test_listed_sizes_and_times_are_the_current_versions_of_a_versioned_bucket(s3, versioned_bucket):
+    """Delete markers hide their keys; a key written twice is its current version; a backdated LastModified is the
+    one listed; listing and HEAD agree on every key."""
+    from blobgc.core.objects import head_stats, object_stats
+    from tests.helpers import backdate_object
+
+    keys = [f"v/{i:03d}" for i in range(40)]
+    for key in keys:
+        s3.put_object(Bucket=versioned_bucket, Key=key, Body=b"x" * 3)
+    s3.put_object(Bucket=versioned_bucket, Key="v/001", Body=b"y" * 9)
+    s3.delete_object(Bucket=versioned_bucket, Key="v/002")
+    backdate_object(versioned_bucket, "v/003", 86_400)
+    calls = StoreCalls(s3)
+    listed = object_stats(calls, versioned_bucket, keys)
+    assert calls.pages >= 1 and calls.heads == 0
+    assert listed == head_stats(s3, versioned_bucket, keys)
+    assert "v/002" not in listed and listed["v/001"].size == 9
+    assert listed["v/003"].modified < listed["v/004"].modified - timedelta(hours=23)
+
+
+def test_a_listing_the_credentials_may_not_make_falls_back_to_head(s3, bucket):
+    """AccessDenied on ListObjectsV2 (no s3:ListBucket): the keys are HEADed instead; AccessDenied on HEAD too is
+    raised, for the drain's own handling (delete without counting, keys judged by age stay owed)."""
+    from blobgc.core.objects import object_stats
+
+    bulk_put(bucket, [(f"n/{i:03d}", sized(i)) for i in range(50)])
+    wanted = [f"n/{i:03d}" for i in range(60)]
+    calls = StoreCalls(s3, deny_listing=True)
+    assert {k: s.size for k, s in object_stats(calls, bucket, wanted).items()} == {
+        f"n/{i:03d}": sized(i) for i in range(50)}
+    assert calls.heads == 60
+    with pytest.raises(ClientError):
+        object_stats(StoreCalls(s3, deny_listing=True, deny_head=True), bucket, wanted)
+
+
+def test_fast_listing_parses_pages_as_botocore_does(s3, bucket):
+    """A client with `fast_listing` answers every ListObjectsV2 exactly as botocore's own parser: awkward keys,
+    encoded or not, pages cut by MaxKeys, StartAfter and continuation tokens, backdated times, objects with checksums
+    (left to botocore)."""
+    from blobgc.core.clients import s3_client_from_env
+    from blobgc.core.objects import fast_listing
+    from tests.helpers import backdate_object
+
+    awkward = ["a&b", "a<b>c", "sp ace", "plus+sign", "ünï/ключ", "q'uo\"te", "pct%41", "x]]>y", "z/" + "y" * 300]
+    bulk_put(bucket, [(k, len(k)) for k in awkward])
+    s3.put_object(Bucket=bucket, Key="with-checksum", Body=b"c" * 5, ChecksumAlgorithm="SHA256")
+    backdate_object(bucket, "a&b", 86_400)
+    fast = s3_client_from_env()
+    fast_listing(fast)
+    fast_listing(fast)  # idempotent
+    token = s3.list_objects_v2(Bucket=bucket, MaxKeys=4)["NextContinuationToken"]
+    for kwargs in ({}, {"MaxKeys": 4}, {"Prefix": "a"}, {"StartAfter": "b"}, {"EncodingType": "url"},
+                   {"ContinuationToken": token}, {"Prefix": "with-"}, {"Delimiter": "/"}):
+        mine, theirs = fast.list_objects_v2(Bucket=bucket, **kwargs), s3.list_objects_v2(Bucket=bucket, **kwargs)
+        mine.pop("ResponseMetadata")
+        theirs.pop("ResponseMetadata")
+        assert mine == theirs, kwargs
+
+
+def test_the_local_servers_listing_is_motos_own_byte_for_byte(s3, bucket, versioned_bucket):
+    """scripts/s3_server.py renders ListObjectsV2 pages itself (moto's serializer is slow): the same bytes as moto's
+    own rendering (the header x-blobgc-moto-listing asks for it), whatever the parameters, on a versioned bucket with
+    delete markers and noncurrent versions too."""
+    import os
+    import urllib.parse
+    import urllib.request
+
+    from tests.helpers import backdate_object
+
+    for name in (bucket, versioned_bucket):
+        keys = ["a&b", "a<b>c", "sp ace", "plus+sign", "ünï/ключ", "d/1", "d/2", "d/3", "e"]
+        for key in keys:
+            s3.put_object(Bucket=name, Key=key, Body=key.encode())
+        s3.put_object(Bucket=name, Key="d/2", Body=b"again")
+        s3.delete_object(Bucket=name, Key="d/3")
+        backdate_object(name, "d/1", 3600)
+        token = s3.list_objects_v2(Bucket=name, MaxKeys=2)["NextContinuationToken"]
+        queries = [{}, {"max-keys": "2"}, {"prefix": "d/"}, {"start-after": "a<b>c"}, {"encoding-type": "url"},
+                   {"continuation-token": token}, {"delimiter": "/"}, {"prefix": "nothing"}, {"max-keys": "0"},
+                   {"fetch-owner": "true"}]
+        for query in queries:
+            url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/{name}?" + urllib.parse.urlencode({"list-type": "2", **query})
+            answers = []
+            for headers in ({}, {"x-blobgc-moto-listing": "1"}):
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as answer:
+                    answers.append((answer.status, answer.headers.get("Content-Type"), answer.read()))
+            assert answers[0] == answers[1], (name, query)

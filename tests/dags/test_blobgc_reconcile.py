@@ -9,7 +9,7 @@ import pytest
 from blobgc.core.inventory_reports import Destination
 from blobgc.core.runs import ensure_run
 from blobgc.inventory import report_of_bucket
-from tests.helpers import airflow_api, assert_param_refused, object_keys, run_dag
+from tests.helpers import airflow_api, assert_param_refused, backdate_object, object_keys, run_dag
 from tests.support.collections import add_upload, create_shop, new_schema, shop_yaml, write_collections
 from tests.support.reconcile import DAG, age, contents_rows, new_run, owed, put, reconcile_all, sha
 
@@ -69,20 +69,32 @@ def inventory_env(bucket: str, reports: str) -> dict[str, str]:
             "AIRFLOW_VAR_BLOBGC_INVENTORY": json.dumps({bucket: f"s3://{reports}/inventories"})}
 
 
-def test_airflow_reconcile_from_an_inventory_deletes_its_orphans_in_one_task_per_bucket(conn, s3, bucket, reports):
+def test_airflow_reconcile_from_an_inventory_deletes_its_orphans_in_one_mapped_task_per_part(conn, s3, bucket,
+                                                                                              reports):
+    """The first task writes the report's keys and the formed keys into part files in the scratch location (the
+    reports' bucket, .blobgc-scratch/), removing what earlier runs left there over 7 days ago; each part is a mapped
+    task, which deletes its files once done."""
     contents_rows(conn, sha("live"))
     put(s3, bucket, f"pastes/{sha('live')}", f"pastes/{sha('dead')}", "blobs/abc/raw", "tmp/x")
     age(s3, bucket)
     report_of_bucket(s3, bucket, Destination(reports, "inventories/"), file_format="parquet")
-    result = run_dag(DAG, conf={"min_age_hours": 1, "source": "inventory", "confirmations": 1},
+    left_by_an_earlier_run = f".blobgc-scratch/{DAG}/scheduled__2026-11-01T05:00:00+00:00/{bucket}/x.parquet"
+    left_days_ago = f".blobgc-scratch/{DAG}/scheduled__2026-11-22T05:00:00+00:00/{bucket}/x.parquet"
+    put(s3, reports, left_by_an_earlier_run, left_days_ago)
+    backdate_object(reports, left_by_an_earlier_run, 8 * 86400)  # a failed run's parts are kept for 7 days
+    backdate_object(reports, left_days_ago, 2 * 86400)
+    result = run_dag(DAG, conf={"min_age_hours": 1, "source": "inventory", "confirmations": 1,
+                                "inventory_part_keys": 2},
                      env_extra=inventory_env(bucket, reports))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     mapped = [t for t in instances if t["task_id"] == "reconcile_shard"]
-    assert [t["rendered_map_index"] for t in mapped] == [f"inventory of {bucket}"]
+    assert sorted(t["rendered_map_index"] for t in mapped) == [f"inventory of {bucket}, part {p}/2" for p in (1, 2)]
     assert object_keys(s3, bucket) == {f"pastes/{sha('live')}", "tmp/x"}  # orphans gone, unknown kept
     assert {r[0] for r in conn.execute("SELECT key FROM blobgc.reconcile_finding WHERE kind = 'unknown_key'")} == {
         "tmp/x"}
+    # no part file of this run is left; of earlier runs', those younger than 7 days (their parts may be re-run)
+    assert {k for k in object_keys(s3, reports) if k.startswith(".blobgc-scratch/")} == {left_days_ago}
 
 
 def test_airflow_reconcile_fails_on_a_stale_inventory_without_listing(conn, s3, bucket, reports):
@@ -159,7 +171,7 @@ def test_collections_param_scope_an_inventory_run_needs_only_its_collections_rep
     assert result.returncode == 0, result.output[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     assert [t["rendered_map_index"] for t in instances if t["task_id"] == "reconcile_shard"] == [
-        f"inventory of {versioned_bucket}"]
+        f"inventory of {versioned_bucket}, part 1/1"]
     assert before - object_keys(s3, versioned_bucket) == {f"{a}/{sha('no row')}.png"}
     assert object_keys(s3, bucket) == {f"pastes/{sha('no content row')}"}
     assert conn.execute("SELECT count(*) FROM blobgc.reconcile_finding").fetchone()[0] == 0

@@ -289,7 +289,12 @@ def count_not_planned(
         parts.update(
             unused=sql.SQL("m.id IS NOT NULL"),
             unused_since=sql.SQL("m.unused_since"),
-            mark_join=sql.SQL("LEFT JOIN {marks} AS m ON m.id = t.{id}").format(marks=marks, id=sql.Identifier(c.id)),
+            # the range's bounds on the marks too: the planner does not carry them over the join (each of the
+            # plan's id ranges would read the whole mark table)
+            mark_join=sql.SQL(
+                "LEFT JOIN {marks} AS m ON m.id = t.{id} AND (%(lo)s::{type} IS NULL OR m.id >= %(lo)s::{type}) "
+                "AND (%(hi)s::{type} IS NULL OR m.id < %(hi)s::{type})"
+            ).format(marks=marks, id=sql.Identifier(c.id), type=sql.SQL(bound.id_type)),
         )
     statement = bound.statement("sweep/count_row_states", **parts)
     row = one_row(conn.execute(statement, {"cutoff": cutoff, "lo": key_range[0], "hi": key_range[1]}))

@@ -581,6 +581,39 @@ class Engine:
         `accounted(key, required, h)`."""
         self.db.execute(queries.load("inventory/insert_accounted_keys"), {"path": str(path)})
 
+    def write_parts(self, directory: Path, parts: int) -> list[tuple[int, int]]:
+        """Tables `inventory` and `accounted`, each written once into Parquet part files by the key's hash:
+        `directory/inventory/part=P/` and `directory/accounted/part=P/`, P = h % parts. Returns each part's (report
+        keys, keys the rows form): what its files must hold. A key's part is the same on both sides, so each part is
+        anti-joined alone (`open_part`), its time linear in its size."""
+        directory.mkdir(parents=True, exist_ok=True)
+        for table in ("inventory", "accounted"):
+            self.db.execute(
+                queries.load(f"inventory/copy_{table}_parts"), {"parts": parts, "path": str(directory / table)}
+            )
+        counted = self.db.execute(queries.load("inventory/count_keys_by_part"), {"parts": parts}).fetchall()
+        by_part = {int(p): (int(i), int(a)) for p, i, a in counted}
+        return [by_part.get(p, (0, 0)) for p in range(parts)]
+
+    def open_part(self, inventory: Sequence[Path], accounted: Sequence[Path], expected: tuple[int, int]) -> None:
+        """Views `inventory(key, size, modified_ms)` and `accounted(key, required)` over one part's Parquet files
+        (`write_parts`; a part without keys has none), checked to hold the `expected` (report keys, formed keys), and
+        table `differences` of the two, in one join: what the part's statements read."""
+        for name, files in (("inventory", inventory), ("accounted", accounted)):
+            if files:
+                relation = self.db.read_parquet([str(f) for f in files], hive_partitioning=False)
+                relation.create_view(name, replace=True)
+            else:
+                self.db.execute(queries.load(f"inventory/create_empty_{name}_part"))
+        found = (self.count("inventory/count_inventory_keys"), self.count("inventory/count_accounted_keys"))
+        if found != tuple(expected):
+            raise InventoryError(
+                f"a part's files hold {found[0]} report keys and {found[1]} formed keys, not the {expected[0]} and "
+                f"{expected[1]} written: the run's scratch files were changed or partly deleted; run the "
+                "reconcile again (its first task writes them anew)"
+            )
+        self.db.execute(queries.load("inventory/create_part_differences"))
+
     def query(self, statement: str, parameters: dict[str, Any] | None = None) -> Iterator[tuple[Any, ...]]:
         """Rows of the statement named `statement` (`blobgc/sql/inventory/`), fetched 10,000 at a time."""
         cursor = self.db.cursor()

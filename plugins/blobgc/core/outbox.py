@@ -9,11 +9,15 @@ paste re-created, an image id reused, a blob row inserted after reconcile listed
 holds the rest.
 
 **Only what existed is counted.** A key whose size was recorded when its object was written counts
-with that size. For a key of unknown size (a thumbnail that may never have been made), the drain
-asks the store first (`blobgc.objects.object_stats`: a listing where such keys are dense, HEAD where
-they are sparse); one that is absent is settled as such, never counted, and gets no delete marker on
-a versioned bucket. A key logged with `modified_before` (an orphan judged by an inventory report's
-LastModified) is always asked, and kept when its object was written at or after that moment.
+with that size. For a key of unknown size (a collection without a `size` column, a thumbnail that may
+never have been made), the drain asks the store, in bulk and ahead of its claims (`ListedAhead`: the
+next 100,000 such owed keys at a time, through `blobgc.core.objects.object_stats`, which lists their
+key ranges side by side, 1000 objects a page, and HEADs only keys too sparse for a listing to pay);
+an answer is used within `READ_AHEAD_MAX_AGE` seconds of being asked, or asked again. A key that is
+absent is settled as such, never counted, and gets no delete marker on a versioned bucket. A key
+logged with `modified_before` (an orphan judged by an inventory report's LastModified) is asked just
+before its own claim is deleted, never ahead, and kept when its object was written at or after that
+moment.
 
 **One bad row never wedges the rest.** Failures are isolated per bucket and per key. A failure no
 retry can fix (NoSuchBucket, AccessDenied) is tried again with backoff and, after `PARK_AFTER`
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,6 +53,7 @@ from blobgc.core.collections import collection_of_source
 from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, BucketState, bucket_state, record_bucket, suggested_rule
 from blobgc.core.objects import (
     MAX_KEYS_PER_CALL,
+    ObjectStat,
     ObjectStore,
     StoreUnknown,
     delete_objects_in_batches,
@@ -82,6 +89,12 @@ BACKOFF_MAX = timedelta(hours=6)
 # waits to cancel the intent: a deadlock that fails the upload). A writer that died is cleaned up after it.
 UPLOAD_INTENT_HOLD = timedelta(hours=1)
 DEFAULT_BUCKET = "blobgc"  # Variable blobgc_bucket's default: the bucket a collection without its own is in
+# Keys of unknown size are listed ahead of the claims, this many owed keys at a time (from at most READ_AHEAD_ROWS log
+# rows), so that listing pages hold many of them; an answer older than READ_AHEAD_MAX_AGE is asked again.
+READ_AHEAD_KEYS = 100_000
+READ_AHEAD_ROWS = 200
+READ_AHEAD_MAX_AGE = 30.0  # seconds
+READ_AHEAD_MIN_KEYS = 4_000  # a window listing more slowly than READ_AHEAD_MAX_AGE / 3 halves, down to this
 
 
 @dataclass
@@ -144,6 +157,192 @@ class DrainPolicy:
 
 
 DEFAULT_POLICY = DrainPolicy()
+
+
+# what was listed ahead of one bucket's owed keys: key -> its object (size, LastModified), or None when it was not there
+Listed = Mapping[str, ObjectStat | None]
+
+
+@dataclass(frozen=True)
+class Window:
+    """What one listing ahead asked: the due log rows `first`..`last`, when, and bucket -> what was listed."""
+
+    first: int
+    last: int
+    middle: int  # the log id of the row halfway through: once claims pass it, the next window is listed
+    asked: float
+    listed: dict[str, Listed]
+
+
+@dataclass(frozen=True)
+class Owed:
+    """The keys of unknown size of a run of due log rows, by bucket, to be listed ahead."""
+
+    first: int
+    last: int
+    middle: int
+    wanted: dict[str, list[str]]
+
+
+class ListedAhead:
+    """Which objects of owed keys of unknown size exist, and their sizes, learnt in bulk ahead of the claims.
+
+    A claim holds a few thousand keys; where they are scattered over a bucket (content-addressed keys, claimed in
+    log order), a listing page holds few of them, and each would be asked with a HEAD. So the keys of unknown size
+    that the next `keys` owed keys hold are asked together (`blobgc.core.objects.object_stats`: their ranges listed
+    side by side, 1000 objects a page, HEAD only where they are sparse), and the claims then take their answers.
+    Once the claims are halfway through a window, the next one is listed in the background while they go on.
+    Shared by the drains side by side (one lists while the other waits for the answer it needs too). An answer is
+    used for at most `max_age` seconds after it was asked; a claim not covered by a fresh one lists ahead again.
+    Keys logged with `modified_before` are never taken from here: their age is asked just before they are deleted.
+    A listing that fails (S3 down, access denied) leaves its bucket's keys to the claim's own asking, which handles
+    the failure as before. Close it (or use it as a context manager) to stop a background listing.
+    """
+
+    def __init__(
+        self,
+        dag_id: str,
+        *,
+        keys: int = READ_AHEAD_KEYS,
+        rows: int = READ_AHEAD_ROWS,
+        max_age: float = READ_AHEAD_MAX_AGE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.dag_id, self.keys, self.rows, self.max_age, self.clock = dag_id, keys, rows, max_age, clock
+        self.lock = threading.Lock()
+        self.window: Window | None = None
+        self.pending: tuple[Owed, Future[Window]] | None = None  # the next window, being listed
+        self.background = ThreadPoolExecutor(1, thread_name_prefix="blobgc-list-ahead")
+        self.listings = 0  # windows listed so far
+        # (bucket, key) -> when these drains deleted it: a key owed twice (content shared by two rows) is not there
+        # for a later claim any more, though a listing asked before the delete says it is
+        self.gone: dict[tuple[str, str], float] = {}
+
+    def __enter__(self) -> ListedAhead:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.background.shutdown(wait=True, cancel_futures=True)
+
+    def for_rows(self, conn: psycopg.Connection, s3: ObjectStore, rows: list[tuple[Any, ...]]) -> dict[str, Listed]:
+        """bucket -> what was listed of the claimed `rows`' keys of unknown size, listing ahead from the first of
+        them when no fresh answer covers them all."""
+        asking = [row for row in rows if has_unknown_sizes(row)]
+        if not asking:
+            return {}
+        ids = [row[0] for row in asking]
+        low, high = min(ids), max(ids)
+        with self.lock:
+            if self.pending is not None and self.pending[0].last < low:
+                self.pending = None  # the claims are past it (other drains took its rows)
+            window = self.window if self.covers(self.window, low, high) else None
+            if (
+                window is None
+                and self.pending is not None
+                and self.pending[0].first <= low <= high <= self.pending[0].last
+            ):
+                window = self.pending[1].result()  # listed in the background: wait for the rest of it
+                self.pending = None
+                window = window if self.covers(window, low, high) else None
+            if window is None:
+                window = self.list_window(s3, self.owed_from(conn, low, high))
+            self.window = window
+            if self.pending is None and high >= window.middle:
+                following = self.owed_from(conn, window.last + 1, window.last + 1)
+                if following.wanted:
+                    self.pending = following, self.background.submit(self.list_window, s3, following)
+            # deleted before this window was asked: its listing knows; since: gone, whatever the listing said
+            self.gone = {k: when for k, when in self.gone.items() if when >= window.asked}
+            answers: dict[str, dict[str, ObjectStat | None]] = defaultdict(dict)
+            for _log_id, bucket, _source, keys, _sizes, *_rest in asking:
+                listed: Listed = window.listed.get(bucket) or {}
+                for key in keys:
+                    if key in listed:
+                        answers[bucket][key] = None if (bucket, key) in self.gone else listed[key]
+            return dict(answers)
+
+    def deleted(self, bucket: str, keys: Sequence[str]) -> None:
+        """Record that these drains just deleted `keys` of `bucket` (see `gone`)."""
+        with self.lock:
+            now = self.clock()
+            self.gone.update({(bucket, key): now for key in keys})
+
+    def covers(self, window: Window | None, low: int, high: int) -> bool:
+        """Whether `window` answers for log rows `low`..`high`, and is still fresh."""
+        return (
+            window is not None
+            and window.first <= low
+            and high <= window.last
+            and self.clock() - window.asked <= self.max_age
+        )
+
+    def owed_from(self, conn: psycopg.Connection, first: int, through: int) -> Owed:
+        """The keys of unknown size of the due log rows from `first` on: at least through log id `through`, then on
+        until about `keys` keys."""
+        wanted: dict[str, list[str]] = defaultdict(list)
+        last, total, read = through, 0, []
+        rows = conn.execute(
+            queries.load("outbox/select_owed_keys_ahead"),
+            {"dag_id": self.dag_id, "first": first, "rows": self.rows},
+            binary=True,
+        ).fetchall()
+        seen: dict[tuple[str, str], int] = defaultdict(int)
+        for log_id, bucket, keys, sizes, judged_by_age in rows:
+            if total >= self.keys and log_id > through:
+                break
+            last = max(last, log_id)
+            read.append(log_id)
+            for key in keys:
+                seen[(bucket, key)] += 1
+            if judged_by_age:
+                continue
+            unknown = [k for k, size in zip(keys, sizes, strict=True) if size is None]
+            wanted[bucket] += unknown
+            total += len(unknown)
+        # a key owed by more than one row here (content shared by two rows) is asked by each claim itself, just
+        # before it deletes: two drains side by side must not both count it from one answer
+        once = {b: [k for k in dict.fromkeys(keys) if seen[(b, k)] == 1] for b, keys in wanted.items()}
+        return Owed(first, last, read[len(read) // 2] if read else last, {b: k for b, k in once.items() if k})
+
+    def list_window(self, s3: ObjectStore, owed: Owed) -> Window:
+        """Ask the store about `owed` keys, bucket by bucket."""
+        asked = self.clock()
+        listed: dict[str, Listed] = {}
+        for bucket, keys in owed.wanted.items():
+            try:
+                stats = object_stats(s3, bucket, keys)
+            except (ClientError, BotoCoreError, StoreUnknown) as error:
+                log.info(
+                    "could not list ahead %d owed keys in %s (%s): each claim asks for its own",
+                    len(keys),
+                    bucket,
+                    error_code(error),
+                )
+                continue
+            listed[bucket] = {k: stats.get(k) for k in keys}
+        self.listings += 1
+        if self.clock() - asked > self.max_age / 3 and self.keys > READ_AHEAD_MIN_KEYS:
+            # answers must be used before they are max_age old: where listing is slow (sparse keys HEADed, a
+            # throttled store), later windows are smaller, so that a window is not stale before its claims come
+            self.keys = max(READ_AHEAD_MIN_KEYS, self.keys // 2)
+        log.info(
+            "listed ahead %d owed keys of unknown size (log rows %d..%d) in %.2fs: %d exist",
+            sum(len(keys) for keys in owed.wanted.values()),
+            owed.first,
+            owed.last,
+            self.clock() - asked,
+            sum(1 for answers in listed.values() for stat in answers.values() if stat is not None),
+        )
+        return Window(owed.first, owed.last, owed.middle, asked, listed)
+
+
+def has_unknown_sizes(row: tuple[Any, ...]) -> bool:
+    """Whether a claimed log row owes a key of unknown size that is not judged by its age (`modified_before`)."""
+    _log_id, _bucket, _source, _keys, sizes, _failures, modified_before, _owner = row
+    return modified_before is None and any(size is None for size in sizes)
 
 
 def record_deletions(
@@ -298,16 +497,18 @@ def delete_owed_objects(
     """
     result = DrainResult()
     if not run.dry_run:
-        if workers > 1 and connect is not None:
+        # shared: the drains side by side claim from the same log rows
+        with ListedAhead(run.dag_id) as ahead:
+            if workers > 1 and connect is not None:
 
-            def drain_on_own_connection(_: int) -> DrainResult:
-                with connect() as own:
-                    return drain(own, s3, run, batch_size, concurrency, policy, default_bucket, quarantine)
+                def drain_on_own_connection(_: int) -> DrainResult:
+                    with connect() as own:
+                        return drain(own, s3, run, batch_size, concurrency, policy, default_bucket, quarantine, ahead)
 
-            with ThreadPoolExecutor(workers) as pool:
-                parts = list(pool.map(drain_on_own_connection, range(workers)))
-        else:
-            parts = [drain(conn, s3, run, batch_size, concurrency, policy, default_bucket, quarantine)]
+                with ThreadPoolExecutor(workers) as pool:
+                    parts = list(pool.map(drain_on_own_connection, range(workers)))
+            else:
+                parts = [drain(conn, s3, run, batch_size, concurrency, policy, default_bucket, quarantine, ahead)]
         for part in parts:
             result.add(part)
     for bucket in result.keeps_every_version:
@@ -338,12 +539,18 @@ def drain(
     policy: DrainPolicy = DEFAULT_POLICY,
     default_bucket: str = DEFAULT_BUCKET,
     quarantine: QuarantinePolicy = NO_QUARANTINE,
+    ahead: ListedAhead | None = None,
 ) -> DrainResult:
     """One drain over the due owed log rows, in log order, skipping rows another drain holds.
 
     A bucket that failed transiently is not called again in this drain: its later rows are settled
     as failed with the same error at once, so an outage costs one round of retries, not one per row.
+    Keys of unknown size are asked of the store ahead of the claims, in bulk (`ListedAhead`, shared with the
+    drains beside this one).
     """
+    if ahead is None:
+        with ListedAhead(run.dag_id) as own:
+            return drain(conn, s3, run, batch_size, concurrency, policy, default_bucket, quarantine, own)
     result = DrainResult()
     down: dict[str, BaseException] = {}
     states: dict[str, BucketState] = {}  # each bucket's versioning and lifecycle, read once per drain
@@ -356,7 +563,19 @@ def drain(
                     break
                 continue  # another drain holds these rows; go on after them
             settled = settle_batches(
-                conn, s3, run, rows, batch_size, concurrency, policy, down, default_bucket, quarantine, states
+                conn,
+                s3,
+                run,
+                rows,
+                batch_size,
+                concurrency,
+                policy,
+                down,
+                default_bucket,
+                quarantine,
+                states,
+                listed=ahead.for_rows(conn, s3, [row for row in rows if row[1] not in down]),
+                deleted=ahead.deleted,
             )
             add_counts(
                 conn,
@@ -412,6 +631,7 @@ def delete_group(
     default_bucket: str = DEFAULT_BUCKET,
     quarantine_days: int = 0,
     targets: dict[str, str] | None = None,
+    listed: Listed | None = None,
 ) -> dict[str, KeyOutcome]:
     """One bucket's keys of one source: guard, ask the store which exist, delete those. Raises on a whole-call failure.
 
@@ -419,7 +639,8 @@ def delete_group(
     object was written at or after that moment (written again since it was judged an orphan). With
     `quarantine_days`, each existing object is first copied to its quarantine key (`targets`) and verified; one whose
     copy fails stays owed, and a key found absent whose copy exists (moved by a drain that failed before it
-    recorded so) is settled as moved."""
+    recorded so) is settled as moved. A key of unknown size that `listed` answers for (listed ahead of the claim,
+    `ListedAhead`) takes that answer: its size, or absent."""
     layout = key_layouts.layout(source, default_bucket=default_bucket)
     verdict = guards.enter_context(layout.hold(conn, s3, bucket, keys)) if layout else key_layouts.Verdict()
     outcomes = {key: KeyOutcome("kept") for key in keys if key in verdict.keep}
@@ -443,13 +664,17 @@ def delete_group(
         return outcomes
     if bucket not in states:
         states[bucket] = bucket_state(s3, bucket)
-    # a size recorded when the object was written is its size; a key of unknown size, or whose age must be
-    # checked again, is asked of the store
+    # a size recorded when the object was written is its size; a key of unknown size was listed ahead of the claim,
+    # or is asked of the store now, as is a key whose age must be checked again
     modified_before = modified_before or {}
     present: dict[str, int | None] = {
         k: sizes_logged[k] for k in todo if sizes_logged.get(k) is not None and k not in modified_before
     }
-    unknown = [k for k in todo if k not in present]
+    answered = {k for k in todo if k not in present and k not in modified_before and k in (listed or {})}
+    for key in answered:
+        if (stat := (listed or {})[key]) is not None:
+            present[key] = stat.size  # not there when listed: settled as absent below, never counted
+    unknown = [k for k in todo if k not in present and k not in answered]
     try:
         stats = object_stats(s3, bucket, unknown) if unknown else {}
         rewritten = {k for k, stat in stats.items() if k in modified_before and stat.modified >= modified_before[k]}
@@ -553,8 +778,13 @@ def settle_batches(
     default_bucket: str = DEFAULT_BUCKET,
     quarantine: QuarantinePolicy = NO_QUARANTINE,
     states: dict[str, BucketState] | None = None,
+    listed: Mapping[str, Listed] | None = None,
+    deleted: Callable[[str, list[str]], None] | None = None,
 ) -> DrainResult:
     """Delete the claimed rows' keys (per bucket and source, in a fixed order) and settle each row.
+
+    `listed` holds what was listed ahead of the claim (`ListedAhead`), per bucket: the keys of unknown size it
+    answers for are not asked again. `deleted` is told each bucket's keys deleted (`ListedAhead.deleted`).
 
     A source's key guard first sets aside the keys a row needs again (settled as kept) and holds the
     others until this transaction ends. A whole call that fails (the bucket is gone, S3 is down)
@@ -597,6 +827,7 @@ def settle_batches(
                     default_bucket=default_bucket,
                     quarantine_days=days,
                     targets={k: quarantine_key(run.dag_id, owners[(bucket, k)], k) for k in keys} if days > 0 else None,
+                    listed=(listed or {}).get(bucket),
                 )
             except (ClientError, BotoCoreError) as error:
                 transient = is_transient(error)
@@ -619,6 +850,8 @@ def settle_batches(
                 log.warning("%d owed keys of %s in %s stay owed: %s", len(keys), source, bucket, unknown)
                 group = {k: KeyOutcome("failed", error=str(unknown)[:500]) for k in keys}
             outcomes.update({(bucket, k): o for k, o in group.items()})
+            if deleted is not None:
+                deleted(bucket, [k for k, o in group.items() if o.outcome == "deleted"])
     # versioned buckets: bucket -> (keys deleted, their bytes, the delete markers they left)
     noncurrent: dict[str, tuple[list[str], int, int]] = {}
     for log_id, bucket, source, keys, sizes, failures, _modified_before, owner_run in rows:

@@ -69,6 +69,15 @@ def inventory_destinations() -> dict[str, str]:
     return destinations(variable("blobgc_inventory", {}, json_value=True))
 
 
+def scratch_location() -> str | None:
+    """Variable blobgc_scratch: where a reconcile from an inventory keeps its part files while it runs
+    (`s3://bucket/prefix`, `gs://` or `az://`); default: the report's destination bucket (blobgc.core.scratch)."""
+    from blobgc.core.scratch import VARIABLE, Location
+
+    value = variable(VARIABLE, None)
+    return str(Location.parse(value)) if value else None
+
+
 def paste_redis_prefix() -> str:
     """Variable blobgc_paste_redis_prefix: the prefix of seed 002's cache keys in Redis (default empty)."""
     return variable("blobgc_paste_redis_prefix", "")

@@ -11,7 +11,11 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    (StartAfter boundaries at sub-prefixes its keys really have). With `source=inventory` it finds each
    bucket's newest S3 Inventory report (Variable `blobgc_inventory`) and checks its manifest and age
    (`max_inventory_age_hours`): a missing, stale or malformed report fails the run here, before
-   anything is read or deleted. Param `prefixes` limits a run; Param `collections` limits it to those
+   anything is read or deleted; then it reads each report into DuckDB (memory bounded, spilled to
+   disk), streams the keys the rows form from PostgreSQL beside it, and writes both once into part
+   files by key hash (`inventory_part_keys` report keys a part) in the scratch location (Variable
+   `blobgc_scratch`; default: the report's bucket, `.blobgc-scratch/`), one shard per part.
+   Param `prefixes` limits a run; Param `collections` limits it to those
    collections' objects: nothing else is listed, planned or reported (no seed layout other than
    app_blob's when it is named, no unknown folder, no other collection's prefix), and `source=inventory`
    needs a report only for the buckets those collections are in. Collections whose key columns have no
@@ -23,9 +27,9 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    query which of them a row accounts for, and owes the others whose `LastModified` is older than the
    run's reference time minus `min_age_hours` (at least 1; the floor applies to deletion, never to the
    listing). A checkpoint per page lets a retry resume where it stopped. From an inventory: one task
-   per bucket reads the report into DuckDB (memory bounded, spilled to disk), streams the keys the rows
-   form from PostgreSQL beside it, anti-joins them part by part, and checks what is left against the
-   live database key by key (the report is hours old); a checkpoint per part. Either way, keys of no
+   per part, on any worker, fetches its two files, anti-joins them, checks what is left against the
+   live database key by key (the report is hours old), a checkpoint per batch, and deletes its files
+   once done. Either way, keys of no
    known layout (or no template of their collection) are reported, never deleted; rows whose object
    is missing are recorded, never "fixed".
    Orphans are not deleted here: they go into the run's **plan** (`blobgc.plan_item`), once found
@@ -53,17 +57,18 @@ from airflow.sdk import CronTriggerTimetable, Param
 
 from blobgc.collectors.reconcile.checks import MIN_AGE_FLOOR_HOURS
 from blobgc.collectors.reconcile.deletion import Reconcile
+from blobgc.collectors.reconcile.from_inventory import PART_ROWS
 from blobgc.dag_kit import destructive_params, plan_params
 from blobgc.dag_kit.builder import destructive_dag
 from blobgc.dag_kit.collections import FILE, collections_param
-from blobgc.dag_kit.variables import blob_bucket_origin, inventory_destinations
+from blobgc.dag_kit.variables import blob_bucket_origin, inventory_destinations, scratch_location
 from blobgc.reclaim.routes import receipt_path
 
 dag = destructive_dag(
     "blobgc_reconcile",
     # the plan is objects alone: owed to the drain, which deletes them
     deletion=Reconcile(collections=FILE, bucket_origin=blob_bucket_origin,
-                       inventory_destinations=inventory_destinations),
+                       inventory_destinations=inventory_destinations, scratch_location=scratch_location),
     schedule=CronTriggerTimetable("0 5 * * 0", timezone="UTC"),
     params=destructive_params(
         "min_age_hours", 24, "Objects younger than this are never judged orphans (at least 1: an upload in flight "
@@ -75,6 +80,10 @@ dag = destructive_dag(
                                  "Inventory report (Variable blobgc_inventory) instead; no fallback to listing."),
         max_inventory_age_hours=Param(48, type="number", minimum=1,
                                       description="source=inventory: a report older than this fails the run."),
+        inventory_part_keys=Param(PART_ROWS, type="integer", minimum=1,
+                                  description="source=inventory: report keys per part of the anti-join; each part is "
+                                              "a mapped task of its own, on any worker (smaller: more parts, spread "
+                                              "wider)."),
         listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
                              description="source=list: cut each shard into up to this many key ranges, listed by "
                                          "separate mapped tasks side by side."),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from blobgc.collectors.reconcile.shards import Shard, ShardResult
 from blobgc.core.collections import CollectionSource
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
+from blobgc.core.scratch import LEFT_FOR, Location, default_location, delete_tree, run_folder
 from blobgc.engine import Deletion, Reported, Tasks, Work
 
 
@@ -30,13 +32,15 @@ class Reconcile(Deletion):
     collections: CollectionSource
     bucket_origin: Callable[[], str]
     inventory_destinations: Callable[[], dict[str, str]]
+    scratch_location: Callable[[], str | None] = lambda: None  # Variable blobgc_scratch (blobgc.core.scratch)
 
     tasks = Tasks(shards="plan_shards", plan="reconcile_shard")
     reported = Reported(planned={"shards": ShardResult})
     lists_objects = True
     labels = {
         "reconcile_shard": "{% set s = task.op_kwargs['shard'] %}"
-        "{% if s['inventory'] %}inventory of {{ s['bucket'] }}{% else %}"
+        "{% if s['inventory'] %}inventory of {{ s['bucket'] }}"
+        "{% if s['parts'] %}, part {{ s['part'] + 1 }}/{{ s['parts'] }}{% endif %}{% else %}"
         "{{ s['collection'] ~ ': ' if s['collection'] else '' }}"
         "{{ s['prefix'] or '(top level)' }}"
         "{% if s['lo'] or s['hi'] %} [{{ s['lo'] or '…' }}, "
@@ -59,30 +63,61 @@ class Reconcile(Deletion):
             destinations=self.inventory_destinations(),
             bucket_variable=self.bucket_origin(),
         )
+        if work.params["source"] == "inventory":
+            found = self.inventory_parts(work, collections, found)
         return [shard.to_xcom() for shard in found]
+
+    def inventory_parts(self, work: Work, collections: list, reports: list[Shard]) -> list[Shard]:
+        """Each bucket's report and formed keys written once into part files by hash, in the scratch location: one
+        shard per part (`from_inventory.prepare_parts`). What earlier runs of the DAG left there goes first."""
+        chosen = self.scratch_location()
+        cleaned: set[Location] = set()
+        parts: list[Shard] = []
+        for shard in reports:
+            report_at = Location.parse(shard.inventory, origin="the report's location")
+            root = Location.parse(chosen) if chosen else default_location(report_at.scheme, report_at.bucket)
+            if root not in cleaned:
+                cleaned.add(root)
+                mine = run_folder(root, work.run.dag_id, work.run.run_id).prefix
+                left_before = datetime.now(UTC) - LEFT_FOR  # a failed run's parts may be run again until then
+                delete_tree(work.s3, root.below(work.run.dag_id), keep=mine, written_before=left_before)
+            parts += from_inventory.prepare_parts(
+                work.conn,
+                work.s3,
+                work.run,
+                self.inventory_scope(work, shard, collections),
+                shard.inventory,
+                scratch=root,
+                max_age_hours=work.params["max_inventory_age_hours"],
+                part_rows=work.params.get("inventory_part_keys") or from_inventory.PART_ROWS,
+            )
+        return parts
 
     def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
         part = Shard.from_xcom(shard)
         cutoff = work.cutoff(hours=work.params["min_age_hours"])
         bucket, store = self.collections.bucket(), self.collections.store(work.s3)
-        if part.inventory:
-            scope = from_inventory.scope_of(
-                work.conn,
-                bucket,
-                self.collections.checked(work.conn, work.params),
-                part.bucket or bucket,
-                seeds=not work.params["collections"],
-                prefixes=work.params["prefixes"],
-            )
+        if part.inventory and not part.parts:  # a shard planned before parts were mapped: the bucket in one task
             return from_inventory.reconcile_from_inventory(
                 work.conn,
                 store,
                 work.s3,
                 work.run,
-                scope,
+                self.inventory_scope(work, part),
                 part.inventory,
                 cutoff=cutoff,
                 max_age_hours=work.params["max_inventory_age_hours"],
+                confirmations=work.params["confirmations"],
+            )
+        if part.inventory:
+            return from_inventory.reconcile_inventory_part(
+                work.conn,
+                store,
+                work.s3,
+                work.run,
+                self.inventory_scope(work, part),
+                part,
+                cutoff=cutoff,
                 confirmations=work.params["confirmations"],
             )
         return listing.reconcile_shard(
@@ -95,6 +130,17 @@ class Reconcile(Deletion):
             confirmations=work.params["confirmations"],
             collection=self.collections.one(work.conn, part.collection) if part.collection else None,
             bucket_origin=self.bucket_origin(),
+        )
+
+    def inventory_scope(self, work: Work, part: Shard, collections: list | None = None) -> from_inventory.Scope:
+        """What the run reconciles in the bucket of inventory shard `part` (its `collections`, checked, if known)."""
+        return from_inventory.scope_of(
+            work.conn,
+            self.collections.bucket(),
+            collections if collections is not None else self.collections.checked(work.conn, work.params),
+            part.bucket or self.collections.bucket(),
+            seeds=not work.params["collections"],
+            prefixes=work.params["prefixes"],
         )
 
     def summaries(self) -> dict[str, Callable[[psycopg.Connection, RunRef], dict[str, Any]]]:

@@ -1,15 +1,20 @@
-"""Reconcile from an S3 Inventory report instead of listing: an out-of-core anti-join, then the live check.
+"""Reconcile from an S3 Inventory report instead of listing: an out-of-core anti-join by parts, then the live check.
 
 A bucket of a billion objects takes a million LIST calls to walk. Its daily inventory report
-already lists every key with its size and LastModified, so one task per bucket:
+already lists every key with its size and LastModified, so:
 
-1. reads the newest report (`blobgc.core.inventory_reports`: the manifest and its checksum, each data
+1. the report is read (`blobgc.core.inventory_reports`: the manifest and its checksum, each data
    file's MD5) into DuckDB, in a scratch directory, its memory bounded and the rest spilled;
-2. streams every key the database accounts for into DuckDB beside it (PostgreSQL `COPY ... TO
+2. every key the database accounts for is streamed into DuckDB beside it (PostgreSQL `COPY ... TO
    STDOUT`): each seed layout's keys formed in SQL (`KeySource.keys_query`) and each collection's
    templates (`BoundCollection.rendered_keys`), with whether the row must have that object;
-3. anti-joins the two, hash-partitioned into parts of about `PART_ROWS` inventory keys, each part
-   joined alone so memory stays bounded at any scale;
+3. both are written once into Parquet part files by the key's hash, about `PART_ROWS` report keys a part
+   (`write_parts`), so that each part is anti-joined alone, from its own files: the time of the join grows
+   linearly with the keys, and its memory stays that of one part. In a DAG, steps 1-3 are the first task
+   (`prepare_parts`), which puts the part files in the scratch location (`blobgc.core.scratch`: a bucket, which
+   every worker reads), and each part is a mapped task of its own (`reconcile_inventory_part`), on any Celery
+   worker, retried alone; a part's files are deleted once it is done. `reconcile_from_inventory` does it all in
+   one process, on its own disk;
 4. checks each part's leftovers against the live database exactly as a listing's page is checked
    (`checks.judge_keys`: a key's layout or template names its row; one query per 1000 keys). Orphans older than the
    cut-off by the report, and found orphaned on `confirmations` real runs in a row (`sightings`, whichever source
@@ -27,11 +32,12 @@ missing objects. Each batch of a part is recorded in one transaction with the pa
 (its phase and last key); a retry resumes after it.
 
 The DuckDB statements are files (`blobgc/sql/inventory/`); a part is the keys whose hash `h` leaves
-`part` modulo `parts`, both bound as parameters.
+`part` modulo `parts`, its statements run on views `inventory` and `accounted` over its files alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import tempfile
@@ -78,12 +84,24 @@ from blobgc.core.keys import KeySource
 from blobgc.core.objects import ObjectStore, object_stats
 from blobgc.core.quarantine import in_quarantine
 from blobgc.core.runs import RunRef
+from blobgc.core.scratch import Location, delete_tree, fetch_tree, is_scratch, put_tree, run_folder
 
 log = logging.getLogger(__name__)
 
 PART_ROWS = 5_000_000  # inventory keys per part of the anti-join: about 1 GB of DuckDB memory at most
 COPY_CHUNK = 256 << 20  # bytes of COPY output loaded into DuckDB at a time
 BATCH = PAGE  # keys checked and recorded per transaction
+# a bucket's figures: the sums of its parts'
+TOTALS = (
+    "keys_checked",
+    "orphans",
+    "orphan_bytes",
+    "too_young",
+    "unknown_keys",
+    "missing_objects",
+    "accounted",
+    "waiting",
+)
 
 
 @dataclass(frozen=True)
@@ -214,8 +232,8 @@ def classify(
     """Check inventory keys that no formed key matched against the live database, as a listing's page is."""
     by_owner: dict[int, tuple[Owner, list[tuple[str, int, datetime]]]] = {}
     for key, size, modified_ms in items:
-        if in_quarantine(key):
-            continue  # a deleted object waiting in quarantine: never an orphan, never an unknown key
+        if in_quarantine(key) or is_scratch(key):
+            continue  # a deleted object waiting in quarantine, or a run's scratch file: never an orphan or unknown
         owned = scope.owner(key)
         if owned is None or not scope.within(owned[1]):
             continue
@@ -280,6 +298,13 @@ def record_batch(
     result.add(found)
 
 
+def part_name(bucket: str, p: int, parts: int, manifest: str) -> str:
+    """A part's name: its checkpoint (blobgc.reconcile_checkpoint) and its result's. It names the report (a digest of
+    its manifest's location): a run cleared whole, which finds a newer report, never resumes the older one's parts."""
+    report = hashlib.sha256(manifest.encode()).hexdigest()[:8]
+    return f"inventory:{bucket}:{report}:{p + 1}/{parts}"
+
+
 def reconcile_part(
     conn: psycopg.Connection,
     s3: ObjectStore,
@@ -287,14 +312,13 @@ def reconcile_part(
     run: RunRef,
     scope: Scope,
     name: str,
-    p: int,
-    parts: int,
     cutoff: datetime,
     passes: Passes,
     age_floor: timedelta = timedelta(0),
 ) -> ShardResult:
-    """One part of the anti-join, a batch of up to 1000 keys at a time, each batch recorded in its own transaction
-    with the part's checkpoint (the phase and the last key done), so a retry resumes after it:
+    """One part of the anti-join (`db` opened on its files, `Engine.open_part`), a batch of up to 1000 keys at a
+    time, each batch recorded in its own transaction with the part's checkpoint (the phase and the last key done), so
+    a retry resumes after it:
 
     1. the report's keys that no row forms (in key order), checked against the live database, the orphans
        among them owed with the run's cut-off for the drain to check again;
@@ -303,9 +327,8 @@ def reconcile_part(
     result = ShardResult(name)
     checkpoint = read_checkpoint(conn, run, name)
     phase, after = (checkpoint.inventory_phase, checkpoint.start_after) if checkpoint else (LEFTOVERS, "")
-    in_part = {"parts": parts, "part": p}
     if phase == LEFTOVERS:
-        leftovers = db.query("inventory/select_leftover_keys", {**in_part, "after": after})
+        leftovers = db.query("inventory/select_leftover_keys", {"after": after})
         for batch in batches(leftovers, BATCH):
             found = Findings()
             classify(conn, scope, batch, cutoff, found)
@@ -323,7 +346,7 @@ def reconcile_part(
                 )
             result.pages += 1
         phase, after = LACKING, ""
-    lacking = db.query("inventory/select_lacking_keys", {**in_part, "after": after})
+    lacking = db.query("inventory/select_lacking_keys", {"after": after})
     for batch in batches(lacking, BATCH):
         found = Findings()
         owned = [
@@ -340,9 +363,9 @@ def reconcile_part(
                 conn, run, name, start_after=batch[-1][0], found=found, scope=scope.bucket, inventory_phase=LACKING
             )
         result.pages += 1
-    result.keys_checked = db.count("inventory/count_part_keys", in_part)
+    result.keys_checked = db.count("inventory/count_inventory_keys")
     # the report's keys some row forms: considered and accounted for without a look at the live database
-    matched = db.count("inventory/count_matched_keys", in_part)
+    matched = db.count("inventory/count_matched_keys")
     result.accounted += matched
     with conn.transaction():
         advance_checkpoint(
@@ -365,6 +388,70 @@ def done_parts(conn: psycopg.Connection, run: RunRef, names: Iterable[str]) -> s
     return {r[0] for r in rows}
 
 
+def write_parts(
+    conn: psycopg.Connection,
+    inventory_s3: ObjectStore,
+    scope: Scope,
+    manifest: str,
+    directory: Path,
+    *,
+    reference_time: datetime | None,
+    max_age_hours: float,
+    memory_limit: str,
+    part_rows: int,
+) -> tuple[Report, list[tuple[int, int]]]:
+    """Read the report at `manifest` (checked, as `locate` checks it) and every key the scope's rows form, and write
+    both once into Parquet part files by hash under `directory/parts` (`Engine.write_parts`), about `part_rows`
+    report keys a part. Returns the report and each part's (report keys, formed keys)."""
+    report = read_located(inventory_s3, manifest, scope.bucket)
+    report.check_age(reference_time or datetime.now(UTC), max_age_hours)
+    with engine(directory / "duckdb", memory_limit=memory_limit) as db:
+        paths = download(inventory_s3, report, directory / "files")
+        rows = db.load_inventory(report, paths)
+        for path in paths:
+            path.unlink()
+        parts = max(1, math.ceil(rows / part_rows))
+        accounted = copy_accounted(conn, db, scope, directory)
+        counts = db.write_parts(directory / "parts", parts)
+    log.info(
+        "%s: %d inventory keys (%s, taken %s) against %d keys the rows form, written in %d part(s)",
+        scope.bucket,
+        rows,
+        report.location,
+        report.created.isoformat(),
+        accounted,
+        parts,
+    )
+    return report, counts
+
+
+def part_files(directory: Path, p: int) -> tuple[list[Path], list[Path]]:
+    """Part `p`'s Parquet files of each side, below `directory` (`Engine.write_parts`'s layout)."""
+    return tuple(  # type: ignore[return-value]
+        sorted((directory / side / f"part={p}").glob("*.parquet")) for side in ("inventory", "accounted")
+    )
+
+
+def reconcile_part_files(
+    conn: psycopg.Connection,
+    s3: ObjectStore,
+    run: RunRef,
+    scope: Scope,
+    directory: Path,
+    name: str,
+    p: int,
+    expected: tuple[int, int],
+    *,
+    cutoff: datetime,
+    passes: Passes,
+    memory_limit: str,
+) -> ShardResult:
+    """Anti-join part `p` (named `name`) from its files below `directory`, which must hold `expected` keys."""
+    with engine(directory / f"duckdb-{p}", memory_limit=memory_limit) as db:
+        db.open_part(*part_files(directory, p), expected)
+        return reconcile_part(conn, s3, db, run, scope, name, cutoff, passes, judged_age(run, cutoff))
+
+
 def reconcile_from_inventory(
     conn: psycopg.Connection,
     s3: ObjectStore,
@@ -381,57 +468,152 @@ def reconcile_from_inventory(
     part_rows: int = PART_ROWS,
 ) -> ShardResult:
     """Reconcile one bucket from the report at `manifest` (`s3://`, `gs://` or `az://` location of its manifest, as
-    `locate` gave it), planning the orphans found on `confirmations` real runs in a row (`sightings`).
+    `locate` gave it) in this process, part after part, on this machine's disk (a DAG spreads the parts over mapped
+    tasks instead: `prepare_parts`, `reconcile_inventory_part`), planning the orphans found on `confirmations` real
+    runs in a row (`sightings`).
 
     `inventory_s3` reads the report's bucket; `s3` asks the reconciled bucket about missing objects.
     """
     check_age_floor(run, cutoff)
-    age_floor = judged_age(run, cutoff)  # an object this old is judged
-    report = read_located(inventory_s3, manifest, scope.bucket)
-    report.check_age(run.reference_time or datetime.now(UTC), max_age_hours)
     passes = start_pass(conn, run, confirmations)
     result = ShardResult(f"inventory of {scope.bucket}")
-    base = Path(workdir or tempfile.gettempdir())
-    with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=base) as scratch_dir:
+    with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=workdir) as scratch_dir:
         scratch = Path(scratch_dir)
-        with engine(scratch / "duckdb", memory_limit=memory_limit) as db:
-            paths = download(inventory_s3, report, scratch / "files")
-            rows = db.load_inventory(report, paths)
-            for path in paths:
-                path.unlink()
-            parts = max(1, math.ceil(rows / part_rows))
-            names = [f"inventory:{scope.bucket}:{p + 1}/{parts}" for p in range(parts)]
-            done = done_parts(conn, run, names)
-            if len(done) == parts:
-                log.info("every part of %s's inventory was already reconciled by this run", scope.bucket)
-                return result
-            accounted = copy_accounted(conn, db, scope, scratch)
-            log.info(
-                "%s: %d inventory keys (%s, taken %s) against %d keys the rows form, in %d part(s)",
-                scope.bucket,
-                rows,
-                report.location,
-                report.created.isoformat(),
-                accounted,
-                parts,
+        _, counts = write_parts(
+            conn,
+            inventory_s3,
+            scope,
+            manifest,
+            scratch,
+            reference_time=run.reference_time,
+            max_age_hours=max_age_hours,
+            memory_limit=memory_limit,
+            part_rows=part_rows,
+        )
+        parts = len(counts)
+        names = [part_name(scope.bucket, p, parts, manifest) for p in range(parts)]
+        done = done_parts(conn, run, names)
+        for p, expected in enumerate(counts):
+            if names[p] in done:
+                continue
+            part = reconcile_part_files(
+                conn,
+                s3,
+                run,
+                scope,
+                scratch / "parts",
+                names[p],
+                p,
+                expected,
+                cutoff=cutoff,
+                passes=passes,
+                memory_limit=memory_limit,
             )
-            for p, name in enumerate(names):
-                if name in done:
-                    continue
-                part = reconcile_part(conn, s3, db, run, scope, name, p, parts, cutoff, passes, age_floor)
-                for total in (
-                    "keys_checked",
-                    "orphans",
-                    "orphan_bytes",
-                    "too_young",
-                    "unknown_keys",
-                    "missing_objects",
-                    "accounted",
-                    "waiting",
-                ):
-                    setattr(result, total, getattr(result, total) + getattr(part, total))
-                result.waiting_sample += part.waiting_sample[: WAITING_SAMPLE - len(result.waiting_sample)]
-                result.pages += 1
+            for total in TOTALS:
+                setattr(result, total, getattr(result, total) + getattr(part, total))
+            result.waiting_sample += part.waiting_sample[: WAITING_SAMPLE - len(result.waiting_sample)]
+            result.pages += 1
+    log_bucket_result(scope, run, result, confirmations)
+    return result
+
+
+def prepare_parts(
+    conn: psycopg.Connection,
+    inventory_s3: ObjectStore,
+    run: RunRef,
+    scope: Scope,
+    manifest: str,
+    *,
+    scratch: Location,
+    max_age_hours: float,
+    workdir: Path | None = None,
+    memory_limit: str = "1GB",
+    part_rows: int = PART_ROWS,
+) -> list[Shard]:
+    """A DAG's inventory reconcile of one bucket, first step: write the report's keys and the formed keys once into
+    part files by hash (`write_parts`) and put them under the run's folder of the `scratch` location, where every
+    worker reads them; returns one shard per part, each reconciled by a mapped task (`reconcile_inventory_part`)."""
+    folder = run_folder(scratch, run.dag_id, run.run_id).below(scope.bucket)
+    with tempfile.TemporaryDirectory(prefix="blobgc-inventory-", dir=workdir) as scratch_dir:
+        local = Path(scratch_dir)
+        _, counts = write_parts(
+            conn,
+            inventory_s3,
+            scope,
+            manifest,
+            local,
+            reference_time=run.reference_time,
+            max_age_hours=max_age_hours,
+            memory_limit=memory_limit,
+            part_rows=part_rows,
+        )
+        delete_tree(inventory_s3, folder)  # a retry's parts may be fewer: none of the last try's is left
+        put = put_tree(inventory_s3, local / "parts", folder)
+    log.info("%s: %d part files (%.1f MB) put in %s", scope.bucket, len(counts), put / 1e6, folder)
+    return [
+        Shard(
+            "",
+            None,
+            bucket=scope.bucket,
+            inventory=manifest,
+            part=p,
+            parts=len(counts),
+            scratch=str(folder),
+            keys=keys,
+            formed=formed,
+        )
+        for p, (keys, formed) in enumerate(counts)
+    ]
+
+
+def reconcile_inventory_part(
+    conn: psycopg.Connection,
+    s3: ObjectStore,
+    scratch_store: ObjectStore,
+    run: RunRef,
+    scope: Scope,
+    shard: Shard,
+    *,
+    cutoff: datetime,
+    confirmations: int,
+    workdir: Path | None = None,
+    memory_limit: str = "1GB",
+) -> ShardResult:
+    """A DAG's inventory reconcile, one part (`prepare_parts`'s shard): fetch its files from the scratch location,
+    anti-join them and check the leftovers live (`reconcile_part`), then delete its files. A retried part resumes
+    after its checkpoint; a part already done is skipped."""
+    check_age_floor(run, cutoff)
+    name = part_name(scope.bucket, shard.part, shard.parts, shard.inventory)
+    folder = Location.parse(shard.scratch, origin="the shard's scratch folder")
+    mine = [folder.below(side, f"part={shard.part}") for side in ("inventory", "accounted")]
+    result = ShardResult(name)
+    if name in done_parts(conn, run, [name]):
+        log.info("%s was already reconciled by this run", name)
+    else:
+        passes = start_pass(conn, run, confirmations)
+        with tempfile.TemporaryDirectory(prefix="blobgc-inventory-part-", dir=workdir) as part_dir:
+            local = Path(part_dir)
+            for where, side in zip(mine, ("inventory", "accounted"), strict=True):
+                fetch_tree(scratch_store, where, local / "parts" / side / f"part={shard.part}")
+            result = reconcile_part_files(
+                conn,
+                s3,
+                run,
+                scope,
+                local / "parts",
+                name,
+                shard.part,
+                (shard.keys, shard.formed),
+                cutoff=cutoff,
+                passes=passes,
+                memory_limit=memory_limit,
+            )
+    for where in mine:  # done (recorded): its files are needed no more
+        delete_tree(scratch_store, where)
+    return result
+
+
+def log_bucket_result(scope: Scope, run: RunRef, result: ShardResult, confirmations: int) -> None:
     log.info(
         "%s from its inventory: %d keys in %d part(s), %d accounted for by rows; %d orphans (%d bytes) %s, "
         "%d seen orphaned on fewer than %d real runs in a row, waiting for confirmation%s, "
@@ -450,7 +632,6 @@ def reconcile_from_inventory(
         result.unknown_keys,
         result.missing_objects,
     )
-    return result
 
 
 def report_shards(

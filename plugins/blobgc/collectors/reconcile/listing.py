@@ -51,6 +51,7 @@ from blobgc.core.objects import HIGHEST, ObjectStore, key_before
 from blobgc.core.quarantine import in_quarantine
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, collection_origin, naming_bucket
 from blobgc.core.runs import RunRef
+from blobgc.core.scratch import is_scratch
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,8 @@ def reconcile_shard(
     if start_after:
         log.info("shard %s resumes after %s", shard.name, start_after)
     for contents, last_page in pages_naming_bucket(s3, bucket, shard, start_after, page_size, bucket_origin):
-        listed = [c for c in contents if not in_quarantine(c["Key"])]  # deleted objects waiting: never judged
+        # deleted objects waiting, a run's scratch files: never judged
+        listed = [c for c in contents if not (in_quarantine(c["Key"]) or is_scratch(c["Key"]))]
         page = check_page(conn, source, shard, listed, cutoff, start_after, last_page)
         with conn.transaction():
             confirm_orphans(conn, passes, bucket, page)  # those found on too few real runs in a row wait

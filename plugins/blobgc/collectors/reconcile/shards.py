@@ -29,6 +29,7 @@ from blobgc.core.objects import ObjectStore, leading_shards
 from blobgc.core.quarantine import in_quarantine
 from blobgc.core.refusals import RUN_BUCKET_VARIABLE, check_buckets, collection_origin, run_bucket_origin
 from blobgc.core.results import TaskResult, local
+from blobgc.core.scratch import is_scratch
 
 MAX_SPLIT_DEPTH = 3  # characters past a shard's prefix that `split_shard` looks at, at most
 
@@ -44,7 +45,12 @@ class Shard(TaskResult):
     bucket: str | None = None  # None: the run's bucket
     lo: str = ""  # a range of the shard (`split_shard`): its keys from `lo` (inclusive; "" from the start) ...
     hi: str = ""  # ... to `hi` (exclusive; "" to the end)
-    inventory: str = ""  # source=inventory: the whole bucket, from the report at this manifest (s3://...)
+    inventory: str = ""  # source=inventory: the bucket, from the report at this manifest (s3://...) ...
+    part: int = 0  # ... one part of its anti-join, by key hash (`from_inventory.prepare_parts`) ...
+    parts: int = 0  # ... of this many (0: the whole bucket in one task) ...
+    scratch: str = ""  # ... whose files are in this folder of the scratch location (blobgc.core.scratch) ...
+    keys: int = 0  # ... holding this many report keys ...
+    formed: int = 0  # ... and this many keys the rows form
 
     @property
     def ranged(self) -> bool:
@@ -53,7 +59,7 @@ class Shard(TaskResult):
     @property
     def name(self) -> str:
         if self.inventory:
-            return f"inventory of {self.bucket}"
+            return f"inventory of {self.bucket}" + (f", part {self.part + 1}/{self.parts}" if self.parts else "")
         name = f"{self.collection}: {self.prefix}" if self.collection else self.prefix or "(top level)"
         return f"{name} [{self.lo or '…'}, {self.hi or '…'})" if self.ranged else name
 
@@ -164,8 +170,8 @@ def discover_shards(
         loose = False
         for page in top:
             for folder in page.get("CommonPrefixes") or []:
-                if in_quarantine(folder["Prefix"]):
-                    continue  # deleted objects waiting in quarantine: never orphans, never unknown keys
+                if in_quarantine(folder["Prefix"]) or is_scratch(folder["Prefix"]):
+                    continue  # deleted objects waiting in quarantine, runs' scratch files: never orphans or unknown
                 if folder["Prefix"] not in known and not any(c.startswith(folder["Prefix"]) for c in claimed):
                     shards.append(Shard(folder["Prefix"], None))
             loose = loose or bool(page.get("Contents"))
