@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers of `make test` (tests/conftest.py says what they share); TEST_WORKERS=0 runs in one process.
 # Four on 2 cores: the suite also waits (on the scheduler, a gate's timeout, a retry's delay), and three long groups
 # hold a worker each from the start (tests/conftest.py: SHARED); the fourth takes the rest (docs/benchmarks.md)
-TEST_WORKERS ?= 5
+TEST_WORKERS ?= 4
 
 .PHONY: help venv up down status migrate demo test test-unit layers lint typecheck format coverage bench compose-check clean browser tls-postgres lock
 

@@ -34,7 +34,7 @@ TRUNCATE app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste
 """
 
 
-# `make test` runs the suite on five pytest-xdist workers. Each has a test database of its own (tests.helpers.TEST_DB),
+# `make test` runs the suite on four pytest-xdist workers. Each has a test database of its own (tests.helpers.TEST_DB),
 # its own buckets and Redis prefixes, and takes a DAG's lock (tests.helpers.dag_lock) to run it. The tests of each
 # group below share more: they run on one worker, one after the other, and first (they are the longest).
 SHARED = {
