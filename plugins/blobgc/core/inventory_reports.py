@@ -48,7 +48,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from blobgc.core import queries
-from blobgc.core.objects import ObjectStore, error_code
+from blobgc.core.objects import ObjectStore, error_code, folder_url
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,6 @@ PARQUET_COLUMNS = {
 }
 FIELD_OF_COLUMN = {column: name for name, column in PARQUET_COLUMNS.items()}
 REPORT_FOLDER = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}Z")
-# The names of buckets (S3, GCS) and containers (Azure) each destination scheme takes.
-BUCKET_NAMES = {
-    "s3": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
-    "gs": r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]",
-    "az": r"[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]",
-}
 # What a GCS or Azure report's columns hold, as `Engine.load_listing` names them: the key, its size and time, the
 # bucket it lists (GCS), and the fields that tell a current base blob (Azure: versions, soft-deleted, snapshots,
 # folders of a hierarchical namespace).
@@ -110,15 +104,15 @@ class Destination:
 
     @classmethod
     def parse(cls, text: str, *, source_bucket: str) -> Destination:
-        match = re.fullmatch(r"(s3|gs|az)://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(?:/(.*))?", str(text).strip())
-        if not match or not re.fullmatch(BUCKET_NAMES[match[1]], match[2]):
+        parsed = folder_url(text)
+        if parsed is None:
             raise InventoryError(
                 f"the inventory destination of bucket {source_bucket} is {text!r}, not s3://<bucket>/<prefix> "
                 "(S3 Inventory), gs://<bucket>/<prefix> (GCS Storage Insights) or az://<container>[/<prefix>] "
                 "(Azure Blob Inventory)"
             )
-        prefix = (match[3] or "").strip("/")
-        return cls(match[2], f"{prefix}/" if prefix else "", match[1])
+        scheme, bucket, prefix = parsed
+        return cls(bucket, prefix, scheme)
 
     def reports_of(self, source_bucket: str) -> str:
         """The folder holding one folder per configuration id of `source_bucket`."""
@@ -357,6 +351,15 @@ def download(s3: ObjectStore, report: Report, directory: Path) -> list[Path]:
 
 
 # ------------------------------------------------------------------------------------------ the engine
+# the two sides of the anti-join, each written into part files by `Engine.write_parts`, below `part_folder`
+PART_SIDES = ("inventory", "accounted")
+
+
+def part_folder(side: str, p: int) -> str:
+    """Where part `p`'s files of `side` are, below the folder `Engine.write_parts` wrote."""
+    return f"{side}/part={p}"
+
+
 class Engine:
     """DuckDB in a scratch directory of its own: tables on disk, memory bounded, the rest spilled."""
 
@@ -587,7 +590,7 @@ class Engine:
         keys, keys the rows form): what its files must hold. A key's part is the same on both sides, so each part is
         anti-joined alone (`open_part`), its time linear in its size."""
         directory.mkdir(parents=True, exist_ok=True)
-        for table in ("inventory", "accounted"):
+        for table in PART_SIDES:
             self.db.execute(
                 queries.load(f"inventory/copy_{table}_parts"), {"parts": parts, "path": str(directory / table)}
             )
@@ -599,7 +602,7 @@ class Engine:
         """Views `inventory(key, size, modified_ms)` and `accounted(key, required)` over one part's Parquet files
         (`write_parts`; a part without keys has none), checked to hold the `expected` (report keys, formed keys), and
         table `differences` of the two, in one join: what the part's statements read."""
-        for name, files in (("inventory", inventory), ("accounted", accounted)):
+        for name, files in zip(PART_SIDES, (inventory, accounted), strict=True):
             if files:
                 relation = self.db.read_parquet([str(f) for f in files], hive_partitioning=False)
                 relation.create_view(name, replace=True)

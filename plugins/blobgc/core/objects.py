@@ -17,6 +17,7 @@ import hashlib
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -296,6 +297,25 @@ def leading_shards(client: ObjectStore, bucket: str, prefix: str, chars: int = 1
         found.append(shard)
         after = shard + HIGHEST
     return found
+
+
+# The names of buckets (S3, GCS) and containers (Azure) each scheme of a folder URL takes.
+BUCKET_NAMES = {
+    "s3": r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]",
+    "gs": r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]",
+    "az": r"[a-z0-9](?:[a-z0-9]|-(?!-)){1,61}[a-z0-9]",
+}
+
+
+def folder_url(text: str) -> tuple[str, str, str] | None:
+    """(scheme, bucket, prefix) of a folder of any store written as `s3://bucket/prefix`, `gs://bucket/prefix` or
+    `az://container/prefix` (prefix "" or ending in "/"); None when `text` is no such URL, or its bucket's name is not
+    one its store takes."""
+    match = re.fullmatch(r"(s3|gs|az)://([a-z0-9][a-z0-9._-]{1,61}[a-z0-9])(?:/(.*))?", str(text).strip())
+    if not match or not re.fullmatch(BUCKET_NAMES[match[1]], match[2]):
+        return None
+    prefix = (match[3] or "").strip("/")
+    return match[1], match[2], f"{prefix}/" if prefix else ""
 
 
 def listing(client: ObjectStore, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:

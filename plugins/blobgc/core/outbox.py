@@ -52,6 +52,7 @@ from blobgc.core import queries
 from blobgc.core.collections import collection_of_source
 from blobgc.core.lifecycle import KEEPS_EVERY_VERSION, BucketState, bucket_state, record_bucket, suggested_rule
 from blobgc.core.objects import (
+    ACCESS_DENIED_CODES,
     MAX_KEYS_PER_CALL,
     ObjectStat,
     ObjectStore,
@@ -684,7 +685,7 @@ def delete_group(
             todo = [k for k in todo if k not in rewritten]
         present.update({k: stat.size for k, stat in stats.items() if k not in rewritten})
     except ClientError as error:
-        if error_code(error) not in ("AccessDenied", "AllAccessDisabled", "403"):
+        if error_code(error) not in ACCESS_DENIED_CODES:
             raise
         # may delete but neither list nor read: such keys are taken to exist, their bytes unknown; a key whose age
         # must be checked again is never deleted unchecked: it stays owed, failed (and parks if this persists)

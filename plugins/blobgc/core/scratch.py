@@ -17,17 +17,22 @@ A lifecycle rule expiring the prefix after a few days is a good backstop where t
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from botocore.exceptions import ClientError
 
-from blobgc.core.objects import ObjectStore, delete_objects_in_batches, error_code
+from blobgc.core.objects import (
+    ACCESS_DENIED_CODES,
+    ObjectStore,
+    delete_objects_in_batches,
+    error_code,
+    folder_url,
+    listing,
+)
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -54,14 +59,13 @@ class Location:
 
     @classmethod
     def parse(cls, text: str, *, origin: str = f"Variable {VARIABLE}") -> Location:
-        match = re.fullmatch(r"(s3|gs|az)://([a-z0-9][a-z0-9._-]{1,220}[a-z0-9])(?:/(.*))?", str(text).strip())
-        if not match:
+        parsed = folder_url(text)
+        if parsed is None:
             raise ConfigurationError(
                 f"{origin} is {text!r}, not s3://<bucket>/<prefix>, gs://<bucket>/<prefix> or "
                 "az://<container>/<prefix>: the folder where a reconcile from an inventory keeps its part files"
             )
-        prefix = (match[3] or "").strip("/")
-        return cls(match[1], match[2], f"{prefix}/" if prefix else "")
+        return cls(*parsed)
 
     def below(self, *names: str) -> Location:
         return Location(self.scheme, self.bucket, self.prefix + "".join(f"{n.strip('/')}/" for n in names))
@@ -93,7 +97,7 @@ def put_tree(store: ObjectStore, directory: Path, into: Location) -> int:
         with ThreadPoolExecutor(TRANSFERS) as pool:
             return sum(pool.map(put, files))
     except ClientError as error:
-        if error_code(error) not in ("AccessDenied", "AllAccessDisabled", "403"):
+        if error_code(error) not in ACCESS_DENIED_CODES:
             raise
         raise ConfigurationError(
             f"may not write the scratch files to {into} ({error_code(error)}): the connection of bucket "
@@ -102,13 +106,8 @@ def put_tree(store: ObjectStore, directory: Path, into: Location) -> int:
         ) from error
 
 
-def objects_below(store: ObjectStore, where: Location) -> Iterator[dict[str, Any]]:
-    for page in store.get_paginator("list_objects_v2").paginate(Bucket=where.bucket, Prefix=where.prefix):
-        yield from page.get("Contents") or []
-
-
 def keys_below(store: ObjectStore, where: Location) -> Iterator[str]:
-    for item in objects_below(store, where):
+    for item in listing(store, where.bucket, where.prefix):
         yield item["Key"]
 
 
@@ -137,7 +136,7 @@ def delete_tree(
     owed."""
     keys = [
         o["Key"]
-        for o in objects_below(store, where)
+        for o in listing(store, where.bucket, where.prefix)
         if not (keep and o["Key"].startswith(keep)) and (written_before is None or o["LastModified"] < written_before)
     ]
     if not keys:

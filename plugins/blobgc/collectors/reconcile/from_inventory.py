@@ -71,6 +71,7 @@ from blobgc.collectors.reconcile.sightings import Passes, confirm_orphans, start
 from blobgc.core import inventory_azure, inventory_gcs, queries
 from blobgc.core.collections import BoundCollection
 from blobgc.core.inventory_reports import (
+    PART_SIDES,
     Destination,
     Engine,
     InventoryError,
@@ -78,6 +79,7 @@ from blobgc.core.inventory_reports import (
     download,
     engine,
     find_report,
+    part_folder,
     read_manifest,
 )
 from blobgc.core.keys import KeySource
@@ -428,7 +430,7 @@ def write_parts(
 def part_files(directory: Path, p: int) -> tuple[list[Path], list[Path]]:
     """Part `p`'s Parquet files of each side, below `directory` (`Engine.write_parts`'s layout)."""
     return tuple(  # type: ignore[return-value]
-        sorted((directory / side / f"part={p}").glob("*.parquet")) for side in ("inventory", "accounted")
+        sorted((directory / part_folder(side, p)).glob("*.parquet")) for side in PART_SIDES
     )
 
 
@@ -585,7 +587,7 @@ def reconcile_inventory_part(
     check_age_floor(run, cutoff)
     name = part_name(scope.bucket, shard.part, shard.parts, shard.inventory)
     folder = Location.parse(shard.scratch, origin="the shard's scratch folder")
-    mine = [folder.below(side, f"part={shard.part}") for side in ("inventory", "accounted")]
+    mine = {side: folder.below(part_folder(side, shard.part)) for side in PART_SIDES}
     result = ShardResult(name)
     if name in done_parts(conn, run, [name]):
         log.info("%s was already reconciled by this run", name)
@@ -593,8 +595,8 @@ def reconcile_inventory_part(
         passes = start_pass(conn, run, confirmations)
         with tempfile.TemporaryDirectory(prefix="blobgc-inventory-part-", dir=workdir) as part_dir:
             local = Path(part_dir)
-            for where, side in zip(mine, ("inventory", "accounted"), strict=True):
-                fetch_tree(scratch_store, where, local / "parts" / side / f"part={shard.part}")
+            for side, where in mine.items():
+                fetch_tree(scratch_store, where, local / "parts" / part_folder(side, shard.part))
             result = reconcile_part_files(
                 conn,
                 s3,
@@ -608,7 +610,7 @@ def reconcile_inventory_part(
                 passes=passes,
                 memory_limit=memory_limit,
             )
-    for where in mine:  # done (recorded): its files are needed no more
+    for where in mine.values():  # done (recorded): its files are needed no more
         delete_tree(scratch_store, where)
     return result
 
