@@ -22,7 +22,7 @@ import pytest
 from blobgc.core.clients import s3_client_from_env
 from blobgc.kinds.pastes.layouts import content_key
 from demo_app.pastes import create_paste
-from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, s3_outage
+from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, run_dag, s3_outage
 
 
 DAG = "blobgc_paste_expiry"
@@ -63,6 +63,10 @@ def tries(run_id: str) -> dict[str, int]:
     return {f"{ti['task_id']}[{ti['map_index']}]": ti["try_number"] for ti in tis}
 
 
+def paused(state: bool) -> None:
+    assert airflow_api(f"/api/v2/dags/{DAG}", method="PATCH", body={"is_paused": state})["is_paused"] is state
+
+
 @pytest.fixture(autouse=True)
 def paste_expiry_to_this_test():
     """The DAG is unpaused for the scheduler here: no other test worker runs it meanwhile."""
@@ -93,14 +97,13 @@ def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, 
     # S3 is down while both hourly runs happen: each expires its pastes in the database, then fails on S3.
     s3_outage(BUCKET, True)
     try:
-        # one after the other: run at once, the second run's drain would skip the rows the first one holds
-        # (SKIP LOCKED) and end green with nothing tried
-        failed = [airflow("dags", "test", DAG, when.isoformat(), env_extra=env) for when in (first, second)]
+        # one after the other (as `airflow dags test DAG <date>` makes them, in this process: run_dag): run at once,
+        # the second run's drain would skip the rows the first one holds (SKIP LOCKED) and end green with nothing tried
+        failed = [run_dag(DAG, logical_date=when, env_extra=env) for when in (first, second)]
     finally:
         s3_outage(BUCKET, False)
     for result in failed:
-        output = result.stdout + result.stderr
-        assert result.returncode != 0 and "ServiceUnavailable" in output, output[-3000:]
+        assert result.returncode != 0 and "ServiceUnavailable" in result.output, result.output[-3000:]
     assert app_conn.execute("SELECT count(*) FROM app.paste WHERE short_code LIKE %s", (f"{tag}%",)).fetchone()[0] == 0
     owed = {r[0] for r in app_conn.execute("SELECT key FROM blobgc.deleted_object WHERE owed AND key = ANY(%s)",
                                            (sorted(keys),))}
@@ -112,8 +115,7 @@ def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, 
     assert wait_for_runs(run_ids, timeout=0) == {r: "failed" for r in run_ids}
     before = tries(run_ids[0])
 
-    airflow_unpause = airflow("dags", "unpause", DAG)
-    assert airflow_unpause.returncode == 0, airflow_unpause.stderr[-2000:]
+    paused(False)  # as the UI's toggle does it
     try:
         # Runbook step 1: re-run the failed task of the first run, and only it (its downstream purge and report follow).
         cleared = airflow("tasks", "clear", DAG, "--task-regex", "delete_owed_objects", "--downstream",
@@ -130,7 +132,7 @@ def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, 
         assert backfill.returncode == 0, backfill.stdout[-2000:] + backfill.stderr[-2000:]
         assert wait_for_runs(run_ids) == {r: "success" for r in run_ids}
     finally:
-        airflow("dags", "pause", DAG)
+        paused(True)
 
     assert tries(run_ids[0]) == after  # the backfill left the run that had succeeded alone
     listed = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="pastes/").get("Contents", [])}
