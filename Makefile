@@ -25,14 +25,19 @@ help:
 	@echo "python -m blobgc.dags install FOLDER ...   enable the packaged DAGs in a DAG folder (README, Install)"
 
 # The lock pins every package (`make lock` freezes a whole environment), uv among them: uv installs the rest
-# (--no-deps: the lock is resolved already; `uv pip check` proves it whole), bytecode compiled on both cores so
-# that the stack's processes and the test workers, starting together, do not each compile what they import.
-# 24 s on 2 cores (12 s without bytecode, downloads included), where pip took 105 s without it (docs/benchmarks.md).
+# (--no-deps: the lock is resolved already; `uv pip check` proves it whole). Bytecode is compiled once here, on both
+# cores, so that the stack's processes and the test workers, starting together, do not each compile what they import
+# (and where PYTHONDONTWRITEBYTECODE is set, as in this sandbox, compile it again in every process). Not compiled:
+# what blobgc never imports but the google provider's dependencies bring (Google Ads, Vertex AI, ray, litellm, SciPy,
+# ...; 24,000 of the venv's 39,000 files) and packages' own tests: 79 s of setup became about 30 (docs/benchmarks.md).
+NOT_COMPILED := /site-packages/(ray|openai|litellm|sympy|scipy|sklearn|networkx|cfnlint|vertexai|huggingface_hub|sagemaker_studio|pyathena|opencensus|examples)/|/site-packages/google/(ads|genai)/|/site-packages/google/cloud/(?!storage/)[a-z0-9_]+/|/site-packages/azure/mgmt/|/tests?/
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check "$$(grep -m1 '^uv==' requirements.txt)"
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps --compile-bytecode -r requirements.txt
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -r requirements.txt
 	$(VENV)/bin/uv pip check --quiet --python $(VENV)/bin/python
+	$(VENV)/bin/python -m compileall -q -j 0 -x '$(NOT_COMPILED)' \
+	  "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null
 	touch $@
 
 # plugins/ on the venv's path (a .pth file), as Airflow puts it on its own: `blobgc` and `demo_app` import
@@ -47,7 +52,10 @@ venv: $(STAMP) $(PTH)
 # EXECUTOR=celery: the same stack on CeleryExecutor, with two local Celery workers (Redis is the broker).
 EXECUTOR ?= local
 
+# The checkout's own code compiled first (a second when nothing changed): every DAG parse of the dag-processor and
+# every task's process imports blobgc, and where PYTHONDONTWRITEBYTECODE is set would compile it each time.
 up: venv
+	$(VENV)/bin/python -m compileall -q -j 0 plugins dags scripts tests bench > /dev/null
 	BLOBGC_EXECUTOR=$(EXECUTOR) $(VENV)/bin/python scripts/stack.py up
 
 down:
