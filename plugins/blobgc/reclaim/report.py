@@ -71,11 +71,7 @@ def collect_report(
         ]
         runs = cur.execute(queries.load("report/select_last_runs"), {"per_dag": per_dag, "dag_ids": scope}).fetchall()
         owed = cur.execute(queries.load("report/select_owed_deletions"), {"dag_ids": scope}).fetchall()
-        findings = (
-            cur.execute(queries.load("report/select_reconcile_findings"), {"sample": sample}).fetchall()
-            if scope is None or RECONCILE_DAG_ID in scope
-            else []
-        )
+        findings = reconcile_findings(cur, sample) if scope is None or RECONCILE_DAG_ID in scope else []
         recent_runs = cur.execute(
             queries.load("report/select_runs"), {"dag_id": None, "run_id": None, "dag_ids": scope, "limit": recent}
         ).fetchall()
@@ -110,6 +106,16 @@ def collect_report(
             "findings": [_jsonable({k: v for k, v in r.items() if k != "run_id"}) for r in findings],
         },
     }
+
+
+def reconcile_findings(cur: psycopg.Cursor[dict[str, Any]], sample: int) -> list[dict[str, Any]]:
+    """The latest reconcile run's findings (per kind and bucket, `sample` keys each), or none if none was found."""
+    latest = cur.execute(queries.load("report/select_latest_finding_run")).fetchone()
+    if latest is None:
+        return []
+    return cur.execute(
+        queries.load("report/select_reconcile_findings"), {"run_id": latest["run_id"], "sample": sample}
+    ).fetchall()
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
