@@ -353,6 +353,17 @@ def download(s3: ObjectStore, report: Report, directory: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------ the engine
 # the two sides of the anti-join, each written into part files by `Engine.write_parts`, below `part_folder`
 PART_SIDES = ("inventory", "accounted")
+ROW_GROUP_ROWS = 122_880  # DuckDB's Parquet row group
+SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _bytes(size: str) -> int:
+    """DuckDB's memory setting ("1GB", "953.6 MiB", "512MB") in bytes."""
+    found = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B)\s*", size, re.IGNORECASE)
+    if found is None:
+        raise ValueError(f"not a size DuckDB writes: {size!r}")
+    number, unit = found.groups()
+    return int(float(number) * SIZE_UNITS[unit.upper()])
 
 
 def part_folder(side: str, p: int) -> str:
@@ -590,6 +601,7 @@ class Engine:
         keys, keys the rows form): what its files must hold. A key's part is the same on both sides, so each part is
         anti-joined alone (`open_part`), its time linear in its size."""
         directory.mkdir(parents=True, exist_ok=True)
+        self.db.execute(f"SET partitioned_write_flush_threshold = {self.flush_rows(parts)}")
         for table in PART_SIDES:
             self.db.execute(
                 queries.load(f"inventory/copy_{table}_parts"), {"parts": parts, "path": str(directory / table)}
@@ -597,6 +609,18 @@ class Engine:
         counted = self.db.execute(queries.load("inventory/count_keys_by_part"), {"parts": parts}).fetchall()
         by_part = {int(p): (int(i), int(a)) for p, i, a in counted}
         return [by_part.get(p, (0, 0)) for p in range(parts)]
+
+    def flush_rows(self, parts: int) -> int:
+        """Rows a partitioned write holds per part (and thread) before it writes them: a Parquet row group (DuckDB's
+        122,880), fewer when all parts' would not fit in a quarter of the memory limit. DuckDB's default, 524,288,
+        held 20 parts' 2 GB against a 1 GB limit at 100M keys and spilled what it was about to write: the part files
+        took 1,358 ns a key there, 773 at 10M; with this, 920 (docs/benchmarks.md, "Issue 34")."""
+        memory, threads = self.db.execute(
+            "SELECT current_setting('memory_limit'), current_setting('threads')"
+        ).fetchone() or ("1GB", 1)
+        per_row = 100  # bytes a buffered row of a 50-100 character key takes, about
+        held = max(1, parts) * max(1, int(threads)) * per_row
+        return max(4_096, min(ROW_GROUP_ROWS, _bytes(str(memory)) // 4 // held))
 
     def open_part(self, inventory: Sequence[Path], accounted: Sequence[Path], expected: tuple[int, int]) -> None:
         """Views `inventory(key, size, modified_ms)` and `accounted(key, required)` over one part's Parquet files
