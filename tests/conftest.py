@@ -30,7 +30,8 @@ app.blob_attachment, app.page_using_blob, app.post, app.blob, app.paste, app.con
 app.offer, blobgc.outbox, blobgc.deletion_log, blobgc.cache_purge, blobgc.crawl_item, blobgc.image_file,
 blobgc.reconcile_checkpoint, blobgc.reconcile_finding, blobgc.generation_opened, blobgc.generation_collection,
 blobgc.restore_item, blobgc.run_part, blobgc.run_collection, blobgc.plan_item, blobgc.plan_outcome, blobgc.gate_decision,
-blobgc.undo_request, gen.deletion, gen.reference, gen.blob, gen.generation, blobgc.run
+blobgc.undo_request, blobgc.quarantine, blobgc.deletion_settlement, blobgc.reconcile_sighting, blobgc.reconcile_pass,
+gen.deletion, gen.reference, gen.blob, gen.generation, blobgc.run
 """
 RESET = """
 DO $$

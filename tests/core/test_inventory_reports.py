@@ -152,6 +152,8 @@ def test_a_destination_that_is_no_s3_url_is_refused():
     ("1GB", 20, 62_495),  # 100M keys in parts of 5M: half a row group, or 20 parts' buffers would pass a quarter
     ("1GB", 2_000, 4_096),  # the floor: never a write of a few rows at a time
     ("4GB", 20, 122_880),
+    ("2TB", 20, 122_880),  # written "1.8 TiB"
+    ("-1", 20, 122_880),  # no limit: written "16383.9 PiB"
 ])
 def test_a_partitioned_write_holds_each_parts_rows_within_a_quarter_of_the_memory_limit(tmp_path, memory, parts, rows):
     """Issue 34: DuckDB's partitioned write held 524,288 rows a part and thread before writing them; 20 parts'

@@ -63,8 +63,9 @@ def tries(run_id: str) -> dict[str, int]:
     return {f"{ti['task_id']}[{ti['map_index']}]": ti["try_number"] for ti in tis}
 
 
-def paused(state: bool) -> None:
-    assert airflow_api(f"/api/v2/dags/{DAG}", method="PATCH", body={"is_paused": state})["is_paused"] is state
+def paused(state: bool) -> bool:
+    """Pause or unpause the DAG as the UI's toggle does; whether it is paused now."""
+    return airflow_api(f"/api/v2/dags/{DAG}", method="PATCH", body={"is_paused": state})["is_paused"]
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +116,7 @@ def test_failed_paste_expiry_runs_are_cleaned_by_task_rerun_and_backfill(stack, 
     assert wait_for_runs(run_ids, timeout=0) == {r: "failed" for r in run_ids}
     before = tries(run_ids[0])
 
-    paused(False)  # as the UI's toggle does it
+    assert paused(False) is False
     try:
         # Runbook step 1: re-run the failed task of the first run, and only it (its downstream purge and report follow).
         cleared = airflow("tasks", "clear", DAG, "--task-regex", "delete_owed_objects", "--downstream",

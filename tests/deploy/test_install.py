@@ -72,7 +72,7 @@ def installed_python(stack) -> Path:
 
 
 @pytest.fixture(scope="module")
-def install(stack, installed_python):
+def install(request, stack, installed_python):
     """An Airflow of its own over the installed package: `run(*argv)` runs a command in its environment.
 
     Its home (and metadata database) is kept between runs, as a deployment's is; its DAG and plugins
@@ -129,6 +129,7 @@ def install(stack, installed_python):
     }
 
     session = CliSession(installed_python, cwd=home, env=env)  # the commands' interpreter: tests/support
+    request.addfinalizer(session.close)
 
     def run(*argv: str, timeout: int = 600, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return session.run(*argv, timeout=timeout, env_extra=env_extra)
@@ -154,7 +155,6 @@ def install(stack, installed_python):
     s3.put_object(Bucket=bucket, Key=ORPHAN, Body=b"orphan")
     backdate_object(bucket, ORPHAN, 2 * 3600)  # past reconcile's age floor of 1 hour
     yield {"run": run, "ok": ok, "dags": dags, "bucket": bucket, "app_dsn": database_dsn(dsn, APP_DB), "s3": s3}
-    session.close()
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
         for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
             s3.delete_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])

@@ -37,7 +37,11 @@ class CliSession:
 
     def run(self, *argv: str, timeout: float = 600,
             env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        """`argv` (`airflow ...`, `python -m ...` or `python -c ...`) with `env_extra` added to the environment."""
+        """`argv` (`airflow ...`, `python -m ...` or `python -c ...`) with `env_extra` added to the environment.
+
+        Not Airflow's settings (AIRFLOW__*): Airflow reads them once, when the interpreter imports it."""
+        if configured := [name for name in env_extra or {} if name.startswith("AIRFLOW__")]:
+            raise ValueError(f"{configured}: Airflow reads its settings once per interpreter; set them for the session")
         self.count += 1
         out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
         assert self.process.stdin is not None and self.process.stdout is not None
@@ -126,8 +130,15 @@ def _run_one(request: dict) -> int:
 
 
 def serve() -> None:
+    """Requests from stdin, answers on stdout: both moved to descriptors of their own first, so that nothing a
+    command leaves behind (a thread's or an exit handler's print) reaches the answers, and a command that reads its
+    stdin reads an empty one, as it would under `subprocess.run`."""
+    requests = os.fdopen(os.dup(0), "r")
     answers = os.fdopen(os.dup(1), "w", buffering=1)
-    for line in sys.stdin:
+    nothing = os.open(os.devnull, os.O_RDWR)
+    os.dup2(nothing, 0)
+    os.dup2(nothing, 1)
+    for line in requests:
         answers.write(json.dumps({"returncode": _run_one(json.loads(line))}) + "\n")
 
 

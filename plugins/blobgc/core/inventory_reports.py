@@ -354,16 +354,17 @@ def download(s3: ObjectStore, report: Report, directory: Path) -> list[Path]:
 # the two sides of the anti-join, each written into part files by `Engine.write_parts`, below `part_folder`
 PART_SIDES = ("inventory", "accounted")
 ROW_GROUP_ROWS = 122_880  # DuckDB's Parquet row group
-SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+# the units DuckDB writes a memory setting in ("953.6 MiB", "1.8 TiB", "16383.9 PiB" for no limit, "0 bytes")
+SIZE_UNITS = {"BYTES": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
+SIZE_UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50, "EIB": 2**60}
 
 
-def _bytes(size: str) -> int:
-    """DuckDB's memory setting ("1GB", "953.6 MiB", "512MB") in bytes."""
-    found = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B)\s*", size, re.IGNORECASE)
-    if found is None:
-        raise ValueError(f"not a size DuckDB writes: {size!r}")
-    number, unit = found.groups()
-    return int(float(number) * SIZE_UNITS[unit.upper()])
+def _bytes(size: str) -> int | None:
+    """DuckDB's memory setting ("1GB", "953.6 MiB", "1.8 TiB") in bytes; None if it is none of its sizes."""
+    found = re.fullmatch(r"\s*([\d.]+)\s*([a-z]+)\s*", size, re.IGNORECASE)
+    if found is None or found.group(2).upper() not in SIZE_UNITS:
+        return None
+    return int(float(found.group(1)) * SIZE_UNITS[found.group(2).upper()])
 
 
 def part_folder(side: str, p: int) -> str:
@@ -620,7 +621,10 @@ class Engine:
         ).fetchone() or ("1GB", 1)
         per_row = 100  # bytes a buffered row of a 50-100 character key takes, about
         held = max(1, parts) * max(1, int(threads)) * per_row
-        return max(4_096, min(ROW_GROUP_ROWS, _bytes(str(memory)) // 4 // held))
+        limit = _bytes(str(memory))
+        if limit is None:  # a size this does not read: DuckDB's own threshold holds no more than a row group more
+            return ROW_GROUP_ROWS
+        return max(4_096, min(ROW_GROUP_ROWS, limit // 4 // held))
 
     def open_part(self, inventory: Sequence[Path], accounted: Sequence[Path], expected: tuple[int, int]) -> None:
         """Views `inventory(key, size, modified_ms)` and `accounted(key, required)` over one part's Parquet files
