@@ -82,10 +82,11 @@ browser:
 	bash scripts/install_chromium.sh
 
 # The layering contract (.importlinter, README "Layout") first: it takes a second and fails fast. The install
-# test's virtualenv of Airflow alone (cached; rebuilt by uv when the lock changed) is built in the background
-# meanwhile, while the stack starts; the test waits for it (scripts/install_venv.py).
+# test's virtualenv (Airflow alone, cached, rebuilt by uv when the lock changed; then this tree's wheel, installed
+# with pip) is made in the background meanwhile, while the stack starts; the test waits for it and finds the wheel
+# installed (scripts/install_venv.py: installed again only when the sources changed).
 test: venv
-	mkdir -p .blobgc && { $(VENV)/bin/python scripts/install_venv.py --airflow-only > .blobgc/install-venv.log 2>&1 & }
+	mkdir -p .blobgc && { $(VENV)/bin/python scripts/install_venv.py > .blobgc/install-venv.log 2>&1 & }
 	@# the static checks (mypy takes about 30 s of one core, cold) run while the stack starts, and fail the run alike
 	$(MAKE) --no-print-directory layers lint typecheck > .blobgc/static-checks.log 2>&1 & checks=$$!; \
 	$(MAKE) up browser tls-postgres; up=$$?; wait $$checks; rc=$$?; cat .blobgc/static-checks.log; \

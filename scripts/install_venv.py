@@ -4,10 +4,11 @@ This is what a platform team does to add blobgc to an Airflow it already runs, a
 test (tests/deploy/test_install.py) checks. The virtualenv is cached at `.blobgc/install-venv`: it is
 built once per version of the pinned lock (`requirements.txt`, used as constraints, so nothing newer than
 the lock and nothing beyond the package registries is fetched); every call rebuilds the wheel from the
-working tree and reinstalls it, with the dependencies it declares and those of its extra `azure`.
+working tree and reinstalls it, with the dependencies it declares and those of its extra `azure` (unless the
+tree is what the installed wheel was built from: a digest of its sources, `.wheel-sha256`).
 
     python scripts/install_venv.py                 # prints the virtualenv's python
-    python scripts/install_venv.py --airflow-only  # only the cached virtualenv (`make test` starts it early)
+    python scripts/install_venv.py --airflow-only  # only the cached virtualenv
 """
 from __future__ import annotations
 
@@ -70,13 +71,31 @@ def build_wheel(out: Path) -> Path:
     return wheel
 
 
+def source_digest() -> str:
+    """What the wheel is made of (`build_wheel`'s copy), and the extra it is installed with, hashed."""
+    digest = hashlib.sha256(EXTRA.encode())
+    files = [ROOT / "pyproject.toml", ROOT / "README.md"]
+    files += sorted(p for p in (ROOT / "plugins" / "blobgc").rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for path in files:
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def install() -> Path:
-    """Install a freshly built wheel into the cached virtualenv; return its python."""
+    """Install a wheel built from the working tree into the cached virtualenv; return its python. Not again when
+    the tree is what the installed wheel was built from (`make test` installs it while the stack starts; the test
+    then finds it done)."""
     venv = airflow_venv()
+    stamp, digest = venv / ".wheel-sha256", source_digest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return venv / "bin" / "python"
+    stamp.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as out:
         wheel = build_wheel(Path(out))
         run(venv / "bin" / "pip", "uninstall", *PIP, "--yes", "blobgc")
         run(venv / "bin" / "pip", "install", *INSTALL, "-c", LOCK, f"{wheel}[{EXTRA}]")
+    stamp.write_text(digest)
     return venv / "bin" / "python"
 
 
