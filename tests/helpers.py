@@ -334,6 +334,14 @@ def backdate_object(bucket: str, key: str, seconds: float) -> None:
         assert r.status == 200
 
 
+def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
+    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py)."""
+    body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
+    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}"
+    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=120) as answer:
+        assert int(answer.read()) == len(rows)
+
+
 def backdate_objects(s3, bucket: str, seconds: float, prefix: str = "") -> list[str]:
     """Backdate every object under `prefix`; returns their keys."""
     keys = sorted(o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)

@@ -10,6 +10,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from blobgc.core.objects import delete_objects_in_batches
+from tests.helpers import bulk_put
+from tests.support.stores import StoreCalls
 
 
 @pytest.fixture
@@ -193,44 +195,6 @@ def test_object_sizes_finds_dense_and_sparse_keys(s3, bucket):
 
 
 # ------------------------------------------------------------------ sizes and existence in bulk (issue 34)
-def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
-    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py)."""
-    import os
-    import urllib.request
-
-    body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
-    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}"
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=120) as answer:
-        assert int(answer.read()) == len(rows)
-
-
-class StoreCalls:
-    """A real client that counts listing pages, the objects they listed, and HEADs; optionally refusing listings."""
-
-    def __init__(self, inner, *, deny_listing: bool = False, deny_head: bool = False):
-        self.inner, self.deny_listing, self.deny_head = inner, deny_listing, deny_head
-        self.pages = self.listed = self.heads = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def list_objects_v2(self, **kwargs):
-        if self.deny_listing:
-            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
-                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
-        page = self.inner.list_objects_v2(**kwargs)
-        self.pages += 1
-        self.listed += len(page.get("Contents", []))
-        return page
-
-    def head_object(self, **kwargs):
-        self.heads += 1
-        if self.deny_head:
-            raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"},
-                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "HeadObject")
-        return self.inner.head_object(**kwargs)
-
-
 def sized(i: int) -> int:
     return 1 + (i * 37) % 500
 

@@ -18,7 +18,8 @@ from blobgc.core.outbox import (
 from blobgc.core.runs import RunRef, ensure_run
 from blobgc.reclaim.report import collect_report
 from blobgc.kinds.blobs.layouts import blob_keys
-from tests.helpers import NOW, object_keys, s3_outage
+from tests.helpers import NOW, bulk_put, object_keys, s3_outage
+from tests.support.stores import StoreCalls
 
 
 DAG = "blobgc_outbox_test"
@@ -244,37 +245,6 @@ def test_a_bucket_of_unknown_store_keeps_its_owed_objects_owed_while_the_others_
 
 
 # ------------------------------------------------------- sizes and existence learnt in bulk (issue 34)
-def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
-    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py)."""
-    import os
-    import urllib.request
-
-    body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
-    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}"
-    with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=120) as answer:
-        assert int(answer.read()) == len(rows)
-
-
-class Asked:
-    """A real client that counts what the drain asks of the store: listing pages, the objects they listed, HEADs."""
-
-    def __init__(self, inner):
-        self.inner, self.pages, self.listed, self.heads = inner, 0, 0, 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def list_objects_v2(self, **kwargs):
-        page = self.inner.list_objects_v2(**kwargs)
-        self.pages += 1
-        self.listed += len(page.get("Contents", []))
-        return page
-
-    def head_object(self, **kwargs):
-        self.heads += 1
-        return self.inner.head_object(**kwargs)
-
-
 def size_of(i: int) -> int:
     return 1 + (i * 53) % 700
 
@@ -291,7 +261,7 @@ def test_owed_keys_of_unknown_size_are_listed_ahead_and_counted_exactly(conn, s3
     run = new_run(conn, "bulk-sizes")
     for start in range(0, len(owed), 1000):
         owe(conn, run, bucket, [f"u/{i:05d}" for i in owed[start:start + 1000]])
-    asked = Asked(s3)
+    asked = StoreCalls(s3)
     drained = delete_owed_objects(conn, asked, run)
     existed = [i for i in owed if i % 47 and i < 6000]
     assert (drained.objects_deleted, drained.bytes_reclaimed) == (len(existed), sum(size_of(i) for i in existed))
@@ -310,7 +280,7 @@ def test_sparse_owed_keys_are_headed_and_counted_exactly(conn, s3, bucket):
     owed = [f"s/{i:05d}" for i in range(0, 8000, 400)] + ["s/never-1", "s/never-2"]
     run = new_run(conn, "sparse-sizes")
     owe(conn, run, bucket, owed)
-    asked = Asked(s3)
+    asked = StoreCalls(s3)
     drained = delete_owed_objects(conn, asked, run)
     assert (drained.objects_deleted, drained.bytes_reclaimed, drained.absent) == (
         20, sum(size_of(i) for i in range(0, 8000, 400)), 2)
@@ -418,7 +388,7 @@ def test_a_key_owed_twice_is_counted_once_though_both_claims_took_one_listing(co
     run = new_run(conn, "owed-twice")
     owe(conn, run, bucket, [f"t/{i:02d}" for i in range(10)])
     owe(conn, run, bucket, [f"t/{i:02d}" for i in range(9, 20)])  # t/09 again
-    asked = Asked(s3)
+    asked = StoreCalls(s3)
     drained = delete_owed_objects(conn, asked, run, batch_size=10, concurrency=1)
     assert (drained.objects_deleted, drained.bytes_reclaimed, drained.absent) == (
         20, sum(size_of(i) for i in range(20)), 1)

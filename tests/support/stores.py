@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tests.helpers import deny_deletes
 
 CONN_IDS = {"s3": "blobgc_s3", "gcs": "blobgc_gcs", "azure": "blobgc_azure"}
@@ -175,3 +177,30 @@ def store_of(kind: str, versioned: bool = True) -> Iterator[Store]:
     create_bucket(kind, client, name, versioned)
     yield Store(kind, client, name)
     remove_bucket(kind, name)
+
+
+class StoreCalls:
+    """A real client that counts listing pages, the objects they listed, and HEADs; optionally refusing listings."""
+
+    def __init__(self, inner, *, deny_listing: bool = False, deny_head: bool = False):
+        self.inner, self.deny_listing, self.deny_head = inner, deny_listing, deny_head
+        self.pages = self.listed = self.heads = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def list_objects_v2(self, **kwargs):
+        if self.deny_listing:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListObjectsV2")
+        page = self.inner.list_objects_v2(**kwargs)
+        self.pages += 1
+        self.listed += len(page.get("Contents", []))
+        return page
+
+    def head_object(self, **kwargs):
+        self.heads += 1
+        if self.deny_head:
+            raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, "HeadObject")
+        return self.inner.head_object(**kwargs)
