@@ -2,6 +2,8 @@
 and the field, first by shape and then against the live catalog; and key templates read keys back exactly."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from blobgc.core.collections import (
@@ -126,6 +128,22 @@ def test_key_templates_read_keys_back_into_typed_column_values(conn, bucket):
 ])
 def test_ambiguous_separator_a_key_has_every_reading_its_template_allows(template, key, expected):
     assert KeyTemplate.parse_template(template).readings(key) == expected
+
+
+@pytest.mark.parametrize("template", ["m/{x}.bin", "m/{x}", "a/{x}a", "ab{x}ba", "u/{x}/raw"])
+def test_a_one_placeholder_template_reads_a_key_as_a_full_match_of_its_literals_would(template):
+    """`readings`' shortcut for prefix{column}suffix (the drain's guard reads every owed key) gives what the
+    general search gives: the value between the literals, or nothing, for keys made to trip it."""
+    parsed = KeyTemplate.parse_template(template)
+    (prefix, name), (suffix, _) = parsed.parts
+    pattern = re.compile(re.escape(prefix) + "(.*)" + re.escape(suffix), re.S)
+    digits = {name: str.isdigit}
+    for key in ["m/1.bin", "m/.bin", "m/a/b.bin", "m/1.bin.bin", "m/", "m", "a/a", "a/aa", "a/", "aba", "abba",
+                "abxba", "u/7/raw", "u//raw", "u/raw", "u/7/raw/raw", "m/\n.bin", "", "m/12"]:
+        match = pattern.fullmatch(key)
+        assert parsed.readings(key) == ([{name: match.group(1)}] if match else []), key
+        fitting = match is not None and match.group(1).isdigit()
+        assert parsed.readings(key, digits) == ([{name: match.group(1)}] if fitting else []), key
 
 
 def test_ambiguous_separator_a_template_whose_placeholders_cannot_be_told_apart_is_refused_naming_it():

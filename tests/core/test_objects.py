@@ -289,6 +289,57 @@ def test_fast_listing_parses_pages_as_botocore_does(s3, bucket):
         assert mine == theirs, kwargs
 
 
+def test_fast_deletes_send_the_body_botocore_would(s3, bucket, versioned_bucket):
+    """A client with `fast_deletes` sends DeleteObjects requests byte for byte as botocore's own serializer does
+    (body and headers, its checksum included), for awkward keys (escaped text, \\r and \\n, unicode, a lone
+    surrogate), quiet or not; a request with a VersionId is left to botocore; and the local server deletes what it
+    sends, versioned or not."""
+    from botocore.awsrequest import AWSResponse
+
+    from blobgc.core.clients import s3_client_from_env
+    from blobgc.core.objects import DELETE_PLACEHOLDER, fast_deletes
+
+    awkward = ["a&b", "a<b>c", "x]]>y", "sp ace", "q'uo\"te", "cr\rlf\n", "tab\t", "ünï/ключ", "lone\ud800", "😀",
+               DELETE_PLACEHOLDER + "x", "z/" + "y" * 300]
+    sent: dict[str, list] = {"fast": [], "botocore": []}
+
+    class Answer:  # what the handler answers in place of a server: an empty DeleteObjects result
+        def stream(self, **_):
+            yield b"<DeleteResult></DeleteResult>"
+
+    def catch(name):
+        def handler(request, **_):
+            sent[name].append((request.body, {k: v for k, v in request.headers.items()
+                                              if k not in ("User-Agent", "X-Amz-Date", "Authorization",
+                                                           "amz-sdk-invocation-id", "amz-sdk-request")}))
+            return AWSResponse(request.url, 200, {}, Answer())
+        return handler
+
+    fast, botocore_own = s3_client_from_env(), s3_client_from_env()
+    fast_deletes(fast)
+    fast_deletes(fast)  # idempotent
+    fast.meta.events.register("before-send.s3.DeleteObjects", catch("fast"))
+    botocore_own.meta.events.register("before-send.s3.DeleteObjects", catch("botocore"))
+    requests = [{"Objects": [{"Key": k} for k in awkward], "Quiet": True},
+                {"Objects": [{"Key": k} for k in awkward], "Quiet": False},
+                {"Objects": [{"Key": "a&b", "VersionId": "null"}, {"Key": "b"}], "Quiet": True}]
+    for delete in requests:
+        for client in (fast, botocore_own):
+            client.delete_objects(Bucket=bucket, Delete=delete)
+    assert requests[0]["Objects"][0] == {"Key": awkward[0]}  # the caller's request is left as it was
+    assert len(sent["fast"]) == len(sent["botocore"]) == 3
+    assert sent["fast"] == sent["botocore"]
+    assert b"&#xD;" in sent["fast"][0][0] and DELETE_PLACEHOLDER.encode() + b"x<" in sent["fast"][0][0]
+    really = s3_client_from_env()
+    fast_deletes(really)
+    storable = [k for k in awkward if not {"\ud800", "\r"} & set(k)]  # the local server stores neither
+    for name in (bucket, versioned_bucket):
+        for key in storable:
+            s3.put_object(Bucket=name, Key=key, Body=b"abc")
+        answer = really.delete_objects(Bucket=name, Delete={"Objects": [{"Key": k} for k in storable], "Quiet": True})
+        assert not answer.get("Errors") and not s3.list_objects_v2(Bucket=name).get("Contents"), name
+
+
 def test_the_local_servers_listing_is_motos_own_byte_for_byte(s3, bucket, versioned_bucket):
     """scripts/s3_server.py renders ListObjectsV2 pages itself (moto's serializer is slow): the same bytes as moto's
     own rendering (the header x-blobgc-moto-listing asks for it), whatever the parameters, on a versioned bucket with

@@ -231,6 +231,11 @@ def test_a_bucket_of_unknown_store_keeps_its_owed_objects_owed_while_the_others_
         def get_paginator(self, name):
             return s3.get_paginator(name)
 
+        def client_for(self, name):
+            if name != bucket:
+                raise StoreUnknown(name, "the collections file is unusable (test)")
+            return s3
+
     known, _, known_garbage = swept_run(conn, s3, bucket, "manual__known", drain=False)
     other, _, other_garbage = swept_run(conn, s3, versioned_bucket, "manual__other", drain=False)
     drain = delete_owed_objects(conn, Routed(), ensure_run(conn, RunRef("blobgc_sweep", "manual__drain"), NOW))

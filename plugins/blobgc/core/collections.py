@@ -188,6 +188,14 @@ class KeyTemplate:
         narrows the search for a row: whether a row forms the key is decided by comparing the key itself."""
         fits = fits or {}
         parts = self.parts
+        if len(parts) == 2 and limit >= 1:  # prefix{column}suffix: one reading at most, found without a search
+            (prefix, name), (suffix, _) = parts
+            end = len(key) - len(suffix)
+            if end < len(prefix) or not key.startswith(prefix) or not key.endswith(suffix):
+                return []
+            value = key[len(prefix) : end]
+            fit = fits.get(name) if name is not None else None
+            return [{name: value}] if name is not None and (fit is None or fit(value)) else []
         found: list[dict[str, str]] = []
 
         def walk(i: int, pos: int, values: dict[str, str]) -> None:
@@ -705,10 +713,10 @@ def lookup_queries(bound: BoundCollection) -> dict[str, tuple[str, str]]:
             else sql.SQL("t.{c} = x.v::{type}").format(c=sql.Identifier(lead), type=sql.SQL(bound.column_types[lead]))
         )
         narrowed = sql.SQL(
-            "SELECT DISTINCT x.k FROM unnest(%(keys)s::text[], %(values)s::text[]) AS x(k, v) "
+            "SELECT DISTINCT x.k FROM unnest(%(keys)b::text[], %(values)b::text[]) AS x(k, v) "
             "JOIN {table} AS t ON {narrow} AND {formed} = x.k"
         ).format(table=table, narrow=narrow, formed=formed)
-        whole = sql.SQL("SELECT DISTINCT {formed} FROM {table} AS t WHERE {formed} = ANY(%(keys)s::text[])").format(
+        whole = sql.SQL("SELECT DISTINCT {formed} FROM {table} AS t WHERE {formed} = ANY(%(keys)b::text[])").format(
             formed=formed, table=table
         )
         out[template.text] = (narrowed.as_string(None), whole.as_string(None))

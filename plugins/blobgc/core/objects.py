@@ -205,6 +205,7 @@ def delete_objects_in_batches(
     """
     check_batch_size(batch_size)
     chunks = [list(dict.fromkeys(c)) for c in chunked(keys, batch_size)]  # no duplicate keys in one request
+    fast_deletes(listing_client(client, bucket))
 
     def one(chunk: list[str]) -> DeleteOutcome:
         return delete_chunk(
@@ -231,6 +232,73 @@ def delete_objects_in_batches(
             bucket,
         )
     return outcome
+
+
+# botocore validates and serializes a DeleteObjects request of 1000 keys through its model, key by key: about 40 µs of
+# client CPU a key, more than the local server takes to delete it. `fast_deletes` gives a botocore client two
+# handlers: before the parameters are built, a request of plain keys ({"Key": str} each, nothing else) is handed to
+# botocore with one placeholder key in place of its objects, the keys kept in the call's context; once botocore has
+# serialized that (the bucket, the headers, the <Delete> document around the placeholder), the placeholder's
+# <Object> is replaced with the keys' own, escaped as ElementTree escapes text (&, <, >; botocore's own handler then
+# escapes \r and \n over the whole body, as for any DeleteObjects). Byte for byte botocore's own body
+# (`test_fast_deletes_send_the_body_botocore_would`). A request with anything else (a VersionId, an ETag) is left to
+# botocore whole. If the placeholder is not found exactly once the call fails: it is never sent.
+FAST_DELETES_PARAMS, FAST_DELETES_CALL = "before-parameter-build.s3.DeleteObjects", "before-call.s3.DeleteObjects"
+DELETE_PLACEHOLDER = "blobgc-fast-deletes-placeholder"
+DELETE_KEYS = "blobgc_delete_keys"  # the call's context: the keys the placeholder stands for
+PLACEHOLDER_OBJECT = f"<Object><Key>{DELETE_PLACEHOLDER}</Key></Object>".encode()
+
+
+def fast_deletes(client: Any) -> None:
+    """Serialize `client`'s DeleteObjects requests of plain keys with `stand_in_for_keys` and `put_keys_back` (a
+    botocore client; others are left as they are). Idempotent."""
+    events = getattr(getattr(client, "meta", None), "events", None)
+    if events is not None and hasattr(events, "register_first"):
+        events.register_first(FAST_DELETES_PARAMS, stand_in_for_keys, unique_id="blobgc-fast-deletes-params")
+        events.register_first(FAST_DELETES_CALL, put_keys_back, unique_id="blobgc-fast-deletes-call")
+
+
+def stand_in_for_keys(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """`before-parameter-build` of DeleteObjects: a request of 2 or more plain keys goes on with a placeholder."""
+    delete = params.get("Delete")
+    if not isinstance(delete, dict) or not set(delete) <= {"Objects", "Quiet"}:
+        return
+    objects = delete.get("Objects")
+    if not isinstance(objects, list) or len(objects) < 2:
+        return
+    keys = []
+    for item in objects:
+        if type(item) is not dict or len(item) != 1 or type(key := item.get("Key")) is not str:
+            return
+        keys.append(key)
+    context[DELETE_KEYS] = keys
+    params["Delete"] = {**delete, "Objects": [{"Key": DELETE_PLACEHOLDER}]}  # the caller's dict is left as it was
+
+
+def put_keys_back(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    """`before-call` of DeleteObjects: the placeholder's <Object> replaced with the keys' (see `fast_deletes`)."""
+    keys = context.pop(DELETE_KEYS, None)
+    if keys is None:
+        return
+    body = params.get("body")
+    if not isinstance(body, bytes) or body.count(PLACEHOLDER_OBJECT) != 1:
+        raise RuntimeError(
+            "blobgc's DeleteObjects serialization did not find its placeholder in botocore's request body; the "
+            "call is not sent (botocore's serialization changed?)"
+        )
+    objects = "".join(f"<Object><Key>{xml_text(key)}</Key></Object>" for key in keys)
+    params["body"] = body.replace(PLACEHOLDER_OBJECT, objects.encode("utf-8", "xmlcharrefreplace"))
+
+
+def xml_text(text: str) -> str:
+    """`text` escaped as ElementTree escapes an element's text."""
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    return text
 
 
 def delete_chunk(

@@ -218,6 +218,7 @@ class ListedAhead:
         # (bucket, key) -> when these drains deleted it: a key owed twice (content shared by two rows) is not there
         # for a later claim any more, though a listing asked before the delete says it is
         self.gone: dict[tuple[str, str], float] = {}
+        self.gone_pruned: float | None = None  # the window whose asking `gone` was last pruned by
 
     def __enter__(self) -> ListedAhead:
         return self
@@ -256,7 +257,9 @@ class ListedAhead:
                 if following.wanted:
                     self.pending = following, self.background.submit(self.list_window, s3, following)
             # deleted before this window was asked: its listing knows; since: gone, whatever the listing said
-            self.gone = {k: when for k, when in self.gone.items() if when >= window.asked}
+            if window.asked != self.gone_pruned:
+                self.gone = {k: when for k, when in self.gone.items() if when >= window.asked}
+                self.gone_pruned = window.asked
             answers: dict[str, dict[str, ObjectStat | None]] = defaultdict(dict)
             for _log_id, bucket, _source, keys, _sizes, *_rest in asking:
                 listed: Listed = window.listed.get(bucket) or {}
@@ -603,7 +606,7 @@ def drain(
     return result
 
 
-@dataclass
+@dataclass(slots=True)
 class KeyOutcome:
     """What the drain did with one owed key: deleted (with its size and delete marker), kept, absent, or failed."""
 

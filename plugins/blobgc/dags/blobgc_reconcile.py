@@ -13,7 +13,8 @@ Seed 001's "cleaning after the cleaning", the second way: listing first, then th
    (`max_inventory_age_hours`): a missing, stale or malformed report fails the run here, before
    anything is read or deleted; then it reads each report into DuckDB (memory bounded, spilled to
    disk), streams the keys the rows form from PostgreSQL beside it, and writes both once into part
-   files by key hash (`inventory_part_keys` report keys a part) in the scratch location (Variable
+   files by key hash (`inventory_part_keys` report keys a part; `inventory_part_threads` DuckDB threads
+   each part's join uses) in the scratch location (Variable
    `blobgc_scratch`; default: the report's bucket, `.blobgc-scratch/`), one shard per part.
    Param `prefixes` limits a run; Param `collections` limits it to those
    collections' objects: nothing else is listed, planned or reported (no seed layout other than
@@ -84,6 +85,10 @@ dag = destructive_dag(
                                   description="source=inventory: report keys per part of the anti-join; each part is "
                                               "a mapped task of its own, on any worker (smaller: more parts, spread "
                                               "wider)."),
+        inventory_part_threads=Param(0, type="integer", minimum=0,
+                                     description="source=inventory: DuckDB threads each part's join uses (0: one per "
+                                                 "core of its worker). A worker that runs several parts at once "
+                                                 "should give each its share: cores / task slots."),
         listing_ranges=Param(1, type="integer", minimum=1, maximum=64,
                              description="source=list: cut each shard into up to this many key ranges, listed by "
                                          "separate mapped tasks side by side."),

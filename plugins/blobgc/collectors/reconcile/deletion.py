@@ -119,6 +119,7 @@ class Reconcile(Deletion):
                 part,
                 cutoff=cutoff,
                 confirmations=work.params["confirmations"],
+                threads=work.params.get("inventory_part_threads") or None,
             )
         return listing.reconcile_shard(
             work.conn,

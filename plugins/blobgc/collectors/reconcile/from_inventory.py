@@ -447,9 +447,11 @@ def reconcile_part_files(
     cutoff: datetime,
     passes: Passes,
     memory_limit: str,
+    threads: int | None = None,
 ) -> ShardResult:
-    """Anti-join part `p` (named `name`) from its files below `directory`, which must hold `expected` keys."""
-    with engine(directory / f"duckdb-{p}", memory_limit=memory_limit) as db:
+    """Anti-join part `p` (named `name`) from its files below `directory`, which must hold `expected` keys, with
+    DuckDB on `threads` threads (None: one per core)."""
+    with engine(directory / f"duckdb-{p}", memory_limit=memory_limit, threads=threads) as db:
         db.open_part(*part_files(directory, p), expected)
         return reconcile_part(conn, s3, db, run, scope, name, cutoff, passes, judged_age(run, cutoff))
 
@@ -580,10 +582,12 @@ def reconcile_inventory_part(
     confirmations: int,
     workdir: Path | None = None,
     memory_limit: str = "1GB",
+    threads: int | None = None,
 ) -> ShardResult:
     """A DAG's inventory reconcile, one part (`prepare_parts`'s shard): fetch its files from the scratch location,
     anti-join them and check the leftovers live (`reconcile_part`), then delete its files. A retried part resumes
-    after its checkpoint; a part already done is skipped."""
+    after its checkpoint; a part already done is skipped. `threads`: DuckDB's threads for the join (None: one per
+    core of the worker; a worker running several parts at once should give each its share)."""
     check_age_floor(run, cutoff)
     name = part_name(scope.bucket, shard.part, shard.parts, shard.inventory)
     folder = Location.parse(shard.scratch, origin="the shard's scratch folder")
@@ -609,6 +613,7 @@ def reconcile_inventory_part(
                 cutoff=cutoff,
                 passes=passes,
                 memory_limit=memory_limit,
+                threads=threads,
             )
     for where in mine.values():  # done (recorded): its files are needed no more
         delete_tree(scratch_store, where)

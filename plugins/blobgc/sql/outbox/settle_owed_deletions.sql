@@ -20,7 +20,7 @@ WITH still_owed AS (
 )
 INSERT INTO blobgc.deletion_settlement (log_id, run_id, keys, outcome, version_ids, sizes)
 SELECT %(log_id)s, %(run_id)s, k.keys, k.outcome, k.version_ids, k.sizes
-FROM (VALUES (%(done_keys)b::text[], 'deleted', %(done_versions)s::text[], %(done_sizes)s::bigint[]),
+FROM (VALUES (%(done_keys)b::text[], 'deleted', %(done_versions)b::text[], %(done_sizes)b::bigint[]),
              (%(kept_keys)b::text[], 'kept', NULL::text[], NULL::bigint[]),
              (%(absent_keys)b::text[], 'absent', NULL::text[], NULL::bigint[])) AS k(keys, outcome, version_ids, sizes)
 WHERE cardinality(k.keys) > 0
