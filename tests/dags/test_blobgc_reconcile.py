@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -84,9 +85,13 @@ def test_airflow_reconcile_from_an_inventory_deletes_its_orphans_in_one_mapped_t
     backdate_object(reports, left_by_an_earlier_run, 8 * 86400)  # a failed run's parts are kept for 7 days
     backdate_object(reports, left_days_ago, 2 * 86400)
     result = run_dag(DAG, conf={"min_age_hours": 1, "source": "inventory", "confirmations": 1,
-                                "inventory_part_keys": 2},
+                                "inventory_part_keys": 2, "inventory_part_threads": 1},
                      env_extra=inventory_env(bucket, reports))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    for part in (1, 2):  # each part's join on the threads the Param gives it
+        assert re.search(rf"inventory:{bucket}:[0-9a-f]+:{part}/2: joined by DuckDB on 1 thread\(s\)", output), \
+            output[-3000:]
     instances = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{result.run_id}/taskInstances?limit=100")["task_instances"]
     mapped = [t for t in instances if t["task_id"] == "reconcile_shard"]
     assert sorted(t["rendered_map_index"] for t in mapped) == [f"inventory of {bucket}, part {p}/2" for p in (1, 2)]

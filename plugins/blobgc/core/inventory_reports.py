@@ -611,14 +611,18 @@ class Engine:
         by_part = {int(p): (int(i), int(a)) for p, i, a in counted}
         return [by_part.get(p, (0, 0)) for p in range(parts)]
 
+    def settings(self) -> tuple[str, int]:
+        """(DuckDB's memory limit as it says it, its threads)."""
+        rows = self.db.execute("SELECT current_setting('memory_limit'), current_setting('threads')").fetchall()
+        memory, threads = rows[0] if rows else ("1GB", 1)  # fetched to the end: DuckDB holds an unfinished result
+        return str(memory), int(threads)
+
     def flush_rows(self, parts: int) -> int:
         """Rows a partitioned write holds per part (and thread) before it writes them: a Parquet row group (DuckDB's
         122,880), fewer when all parts' would not fit in a quarter of the memory limit. DuckDB's default, 524,288,
         held 20 parts' 2 GB against a 1 GB limit at 100M keys and spilled what it was about to write: the part files
         took 1,358 ns a key there, 773 at 10M; with this, 920 (docs/benchmarks.md, "Issue 34")."""
-        memory, threads = self.db.execute(
-            "SELECT current_setting('memory_limit'), current_setting('threads')"
-        ).fetchone() or ("1GB", 1)
+        memory, threads = self.settings()
         per_row = 100  # bytes a buffered row of a 50-100 character key takes, about
         held = max(1, parts) * max(1, int(threads)) * per_row
         limit = _bytes(str(memory))

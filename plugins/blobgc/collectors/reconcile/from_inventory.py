@@ -452,6 +452,8 @@ def reconcile_part_files(
     """Anti-join part `p` (named `name`) from its files below `directory`, which must hold `expected` keys, with
     DuckDB on `threads` threads (None: one per core)."""
     with engine(directory / f"duckdb-{p}", memory_limit=memory_limit, threads=threads) as db:
+        memory, used = db.settings()
+        log.info("%s: joined by DuckDB on %d thread(s), memory limit %s", name, used, memory)
         db.open_part(*part_files(directory, p), expected)
         return reconcile_part(conn, s3, db, run, scope, name, cutoff, passes, judged_age(run, cutoff))
 
