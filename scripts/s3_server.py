@@ -37,6 +37,10 @@ Outage drill: `PUT /_blobgc/outage?bucket=NAME` makes every S3 request on that b
 ServiceUnavailable, as S3 does when it is down or shedding load, until `DELETE /_blobgc/outage?bucket=NAME`.
 Other buckets are untouched. The runbook's backfill test uses it to make real DAG runs fail on S3.
 
+Throttling (docs/reference.md §1): `POST /_blobgc/slowdown?bucket=B&count=N` makes the next N requests on bucket B
+that delete (DeleteObject, DeleteObjects), copy (CopyObject, UploadPartCopy) or HEAD an object answer `503 SlowDown`,
+as S3 does past its request rate; `count=0` clears it. Answers with the count left.
+
 Aging (docs/reference.md §1): `POST /_blobgc/backdate?bucket=B&key=K&seconds=N` moves the current version of
 that object's `LastModified` N seconds into the past; listings and HEAD then report the new time.
 404 when there is no such object (or its current version is a delete marker). A run's cut-offs never
@@ -86,9 +90,12 @@ BULK_PUT_PATH = "/_blobgc/bulk-put"
 SPARSE_PUT_PATH = "/_blobgc/sparse-put"
 OUTAGE_PATH = "/_blobgc/outage"
 BACKDATE_PATH = "/_blobgc/backdate"
+SLOWDOWN_PATH = "/_blobgc/slowdown"
 CREDENTIAL_SCOPE = re.compile(r"Credential=[^/,]+/\d{8}/([^/,]+)/([^/,]+)/aws4_request")
 OUTAGE_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>ServiceUnavailable</Code>"
                b"<Message>blobgc outage drill: this bucket is down</Message></Error>")
+SLOWDOWN_BODY = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
+                 b"<Message>Please reduce your request rate.</Message></Error>")
 
 
 def bump_version(method_name: str):
@@ -574,11 +581,18 @@ class WithBulkPut(DomainDispatcherApplication):
 
     buckets_down: set[str] = set()
     resolved: dict[tuple, object] = {}  # (host, region, service) -> moto's application for it (see get_application)
+    slowdowns: dict[str, int] = {}  # bucket -> requests that delete, copy or HEAD still to answer SlowDown
+    slowdown_lock = threading.Lock()
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         if path == OUTAGE_PATH:
             return self.outage(Request(environ))(environ, start_response)
+        if path == SLOWDOWN_PATH:
+            return self.slowdown(Request(environ))(environ, start_response)
+        if self.slowdowns and self.slowed_down(environ, path):
+            body = b"" if environ.get("REQUEST_METHOD") == "HEAD" else SLOWDOWN_BODY
+            return Response(body, 503, content_type="application/xml")(environ, start_response)
         if path == BACKDATE_PATH:
             return self.backdate(Request(environ))(environ, start_response)
         if path == SPARSE_PUT_PATH:
@@ -657,6 +671,49 @@ class WithBulkPut(DomainDispatcherApplication):
         if app is None:
             app = self.resolved[key] = super().get_application(environ)
         return app
+
+    def slowdown(self, request: Request) -> Response:
+        """Answer SlowDown to the next `count` requests on a bucket that delete, copy or HEAD an object."""
+        if request.method != "POST":
+            return Response("POST only", 405)
+        bucket = request.args.get("bucket", "")
+        try:
+            count = int(request.args.get("count", ""))
+        except ValueError:
+            return Response("count must be an integer", 400)
+        if not bucket or count < 0:
+            return Response("bucket and count >= 0 are required", 400)
+        with self.slowdown_lock:
+            if count:
+                self.slowdowns[bucket] = count
+            else:
+                self.slowdowns.pop(bucket, None)
+        return Response(str(count), 200)
+
+    def slowed_down(self, environ, path: str) -> bool:
+        """Whether this request deletes, copies or HEADs an object of a bucket owed SlowDowns (and takes one)."""
+        bucket, _, key = path.lstrip("/").partition("/")
+        if bucket not in self.slowdowns:
+            return False
+        method, query = environ.get("REQUEST_METHOD", ""), environ.get("QUERY_STRING", "")
+        params = {q.split("=", 1)[0] for q in query.split("&") if q}
+        per_object = (
+            (method == "HEAD" and key)
+            or (method == "DELETE" and key and "uploadId" not in params)  # not an upload's abort
+            or (method == "POST" and not key and "delete" in params)  # DeleteObjects
+            or (method == "PUT" and key and "HTTP_X_AMZ_COPY_SOURCE" in environ)  # CopyObject, UploadPartCopy
+        )
+        if not per_object:
+            return False
+        with self.slowdown_lock:
+            left = self.slowdowns.get(bucket, 0)
+            if left <= 0:
+                return False
+            if left == 1:
+                self.slowdowns.pop(bucket)
+            else:
+                self.slowdowns[bucket] = left - 1
+        return True
 
     def outage(self, request: Request) -> Response:
         bucket = request.args.get("bucket", "")

@@ -351,6 +351,15 @@ def backdate_objects(s3, bucket: str, seconds: float, prefix: str = "") -> list[
     return keys
 
 
+def s3_slowdown(bucket: str, count: int) -> int:
+    """The local S3 server's throttling hook (docs/reference.md §1): the next `count` requests on `bucket` that
+    delete, copy or HEAD an object answer 503 SlowDown (0 clears it). Returns the count the server holds."""
+    query = urllib.parse.urlencode({"bucket": bucket, "count": count})
+    request = urllib.request.Request(f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/slowdown?{query}", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return int(r.read())
+
+
 def s3_outage(bucket: str, down: bool) -> None:
     """The local S3 server's outage drill: every request on `bucket` answers 503 while it is down."""
     request = urllib.request.Request(f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/outage?bucket={bucket}",

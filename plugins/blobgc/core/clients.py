@@ -18,8 +18,11 @@ from psycopg.conninfo import conninfo_to_dict
 # Transport-level retries belong to botocore; DeleteObjects' per-key Errors[] are ours (blobgc.objects).
 # Checksums only where the API requires them (DeleteObjects still gets one): botocore's default of a
 # CRC32 on every request costs S3-compatible servers dearly (measured 3x slower DeleteObjects on moto).
+# Retries in botocore's adaptive mode: past a throttling answer (SlowDown, 503) the client also slows its own sending
+# (a client-side token bucket); blobgc's rate cap shared by every worker is the layer above it (blobgc.core.rate).
+# A connection's config_kwargs override both (e.g. {"retries": {"mode": "standard"}}).
 S3_CONFIG = Config(
-    retries={"max_attempts": 4, "mode": "standard"},
+    retries={"max_attempts": 4, "mode": "adaptive"},
     connect_timeout=5,
     read_timeout=60,
     max_pool_connections=32,

@@ -74,6 +74,7 @@ from blobgc.core.quarantine import (
     quarantine_key,
     record_quarantined,
 )
+from blobgc.core.rate import CappedStore
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_collection_counts, add_counts
 from blobgc.core.sizes import human_bytes
@@ -561,7 +562,7 @@ def drain(
     after = 0
     while True:
         with conn.transaction():
-            rows, after = claim_owed_batches(conn, run.dag_id, after, batch_size * concurrency)
+            rows, after = claim_owed_batches(conn, run.dag_id, after, claim_size(s3, batch_size * concurrency))
             if not rows:
                 if after == 0:
                     break
@@ -604,6 +605,12 @@ def drain(
             settled.failed,
         )
     return result
+
+
+def claim_size(s3: ObjectStore, keys: int) -> int:
+    """Keys one claim takes: `keys`, or fewer under a rate cap (`blobgc.core.rate.CappedStore.claim_keys`), so that
+    a claim's transaction, which holds its rows while their objects are deleted, stays a few seconds long."""
+    return min(keys, s3.claim_keys()) if isinstance(s3, CappedStore) else keys
 
 
 @dataclass(slots=True)

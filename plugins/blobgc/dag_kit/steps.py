@@ -30,6 +30,7 @@ from botocore.exceptions import ClientError
 
 from blobgc.core.migrations import check_schema_current
 from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
+from blobgc.core.rate import CappedStore, RateCap
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
@@ -42,7 +43,7 @@ from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.privileges import check_dag_privileges
 from blobgc.dag_kit.tables import check_required_tables
 from blobgc.dag_kit.unfixable import drain_refusal, unfixable
-from blobgc.dag_kit.variables import blob_bucket
+from blobgc.dag_kit.variables import blob_bucket, rate_limits
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,16 @@ class Step:
         if self._redis is None:
             self._redis = redis_client()
         return self._redis
+
+    @property
+    def capped_s3(self):
+        """`s3` under the delete-rate cap of Variable blobgc_rate_limits (`blobgc.core.rate`), shared through the
+        stack's Redis by every worker: for the steps that delete, HEAD or copy object by object. Unset: `s3`."""
+        limits = rate_limits()
+        if not limits:
+            return self.s3
+        log.info("per-object calls capped across all workers by Variable blobgc_rate_limits: %s", limits.describe())
+        return CappedStore(self.s3, RateCap(self.redis, limits))
 
     @property
     def connect(self) -> Callable[[], psycopg.Connection]:
@@ -183,7 +194,7 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
     def drain(step: Step) -> DrainResult:
         result = delete_owed_objects(
             step.conn,
-            step.s3,
+            step.capped_s3,
             step.run,
             batch_size=step.params["batch_size"],
             workers=OUTBOX_DRAINS,
@@ -212,7 +223,7 @@ def purge_quarantine_step(task_id: str = "purge_quarantine", **task_kwargs: Any)
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def purge(step: Step) -> QuarantinePurge:
-        return purge_quarantine(step.conn, step.s3, step.run)
+        return purge_quarantine(step.conn, step.capped_s3, step.run)
 
     return purge
 

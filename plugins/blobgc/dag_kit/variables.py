@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from blobgc.core.rate import RateLimits
 
 from blobgc.core.settings import (
     DEFAULT_IMAGE_SIZES,
@@ -126,3 +129,11 @@ def media_settings() -> MediaSettings:
 def extra_blob_references() -> list[str]:
     """Variable blobgc_extra_blob_references: SELECTs of blob ids that reference blobs without a foreign key."""
     return check_extra_references(variable("blobgc_extra_blob_references", [], json_value=True))
+
+
+def rate_limits() -> RateLimits:
+    """Variable blobgc_rate_limits: bucket (or bucket/prefix) -> per-object calls a second across all workers, with
+    "default" for the other buckets (`blobgc.core.rate`); unset: no cap."""
+    from blobgc.core.rate import VARIABLE, RateLimits
+
+    return RateLimits.parse(variable(VARIABLE, None, json_value=True))
