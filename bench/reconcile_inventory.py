@@ -252,7 +252,8 @@ def orphan_objects(bucket: str, orphans: int) -> None:
 
 
 def write_inventory(s3, source: str, destination: Destination, n: int, orphans: int, missing: int,
-                    file_format: str, workdir: Path, seed: str = "c") -> tuple[str, int]:
+                    file_format: str, workdir: Path, seed: str = "c", rows_per_file: int | None = None
+                    ) -> tuple[str, int]:
     """The report: content rows `missing`+1..n (rows 1..missing have no object) and `orphans` keys of no row (the
     rows' hashes are of `seed` || g, as `inventory_rows` makes them)."""
     import duckdb
@@ -273,7 +274,7 @@ def write_inventory(s3, source: str, destination: Destination, n: int, orphans: 
                        SELECT 'pastes/' || sha256('o' || g) AS key, {columns} FROM range(1, {orphans + 1}) t(g)""")
         count = db.execute("SELECT count(*) FROM objects").fetchone()[0]
         manifest = write_report(s3, source, destination, db, "SELECT * FROM objects", file_format=file_format,
-                                workdir=directory)
+                                workdir=directory, **({"rows_per_file": rows_per_file} if rows_per_file else {}))
     finally:
         db.close()
         shutil.rmtree(directory, ignore_errors=True)

@@ -664,7 +664,7 @@ class WithBulkPut(DomainDispatcherApplication):
         header, moto's own API) are left to it."""
         path = environ.get("PATH_INFO", "")
         scope = CREDENTIAL_SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
-        if scope is None or path.startswith(("/moto-api", "/latest/")) or path == "/favicon.ico":
+        if scope is None or path.startswith(("/moto-api", "/latest/", "/v20180820")) or path == "/favicon.ico":
             return super().get_application(environ)
         key = (environ.get("HTTP_HOST"), scope.group(1), scope.group(2))
         app = self.resolved.get(key)

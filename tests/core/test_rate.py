@@ -73,9 +73,10 @@ def test_a_slowdown_halves_the_rate_once_a_second_then_it_recovers(redis):
     cap.slowed(bucket, ["a"])
     cap.slowed(bucket, ["b"])  # the same episode: other workers saw it too
     assert cap.rate_now(bucket) == pytest.approx(50, abs=1)
-    waited = cap.take(bucket, ["x"] * 5)  # the first call goes at once; the next waits for the halved rate
-    waited = cap.take(bucket, ["y"] * 5)
-    assert waited == pytest.approx(5 / 50 - 0.1, abs=0.03)
+    waited = cap.take(bucket, ["x"] * 5)  # within the burst (0.1 s of the rate): at once
+    assert waited == 0
+    waited = cap.take(bucket, ["y"] * 10)  # waits for its own tokens at the halved rate, less the burst
+    assert waited == pytest.approx((5 + 10) / 50 - 0.1, abs=0.03)  # 0.2 s; at the full rate it would be 0.05
     time.sleep(0.3 + 0.6)  # the hold, then 1.0 of the rate a second
     assert cap.rate_now(bucket) == pytest.approx(100, abs=1)
     redis.delete(REDIS_PREFIX + bucket)
@@ -121,7 +122,8 @@ def test_a_capped_store_takes_a_token_per_key_and_slows_down_on_a_keys_slowdown(
     capped.list_objects_v2(Bucket=bucket)  # not a per-object call: passes through, no token
     assert [c[0] for c in store.calls] == ["delete_objects", "delete_objects", "list_objects_v2"]
     assert cap.taken.calls == 2
-    assert waits and waits[0] == pytest.approx(500 / 1000 - 0.1, abs=0.05)  # the second call waited for the first's
+    # each call waited for its own tokens (less the burst): 500 at 1000/s, then 10 more at the halved rate
+    assert waits == [pytest.approx(0.5 - 0.1, abs=0.05), pytest.approx(0.5 + 10 / 500 - 0.1, abs=0.05)]
     assert cap.rate_now(bucket) == pytest.approx(500, abs=5)  # k3's SlowDown halved the cap
     redis.delete(REDIS_PREFIX + bucket)
 
@@ -175,6 +177,7 @@ def test_a_drain_under_slowdown_loses_nothing_and_its_cap_falls_then_recovers(co
     finally:
         s3_slowdown(bucket, 0)
     assert object_keys(s3, bucket) == set(keys)
+    assert cap.taken.calls >= 2  # botocore's retry of the throttled call took its tokens again
     assert cap.rate_now(bucket) == pytest.approx(1000, rel=0.05)  # halved (once: one episode)
     owed = conn.execute("SELECT count(*) FROM blobgc.deleted_object WHERE owed AND run_id = %s",
                         (run.run_id,)).fetchone()[0]
@@ -196,3 +199,29 @@ def test_a_drains_claim_under_a_cap_holds_about_two_seconds_of_its_lowest_rate(r
     assert claim_size(CappedStore(Answers({}), RateCap(redis, RateLimits.parse({"m": 10}))), 4000) == 100  # at least
     assert claim_size(CappedStore(Answers({}), RateCap(redis, RateLimits.parse({"m": 9000}))), 4000) == 4000
     assert claim_size(Answers({}), 4000) == 4000  # no cap
+
+
+def test_a_capped_delete_is_cut_into_calls_of_half_a_second_of_its_rate_and_answers_as_one(redis):
+    bucket = f"cap-{uuid.uuid4().hex[:8]}"
+    store = Answers({"k7": "AccessDenied"})
+    capped = CappedStore(store, RateCap(redis, RateLimits.parse({bucket: 100}), sleep=lambda _: None))
+    answer = capped.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": f"k{i}"} for i in range(120)],
+                                                          "Quiet": True})
+    assert [len(keys) for _, _, keys in store.calls] == [50, 50, 20]
+    assert answer["Errors"] == [{"Key": "k7", "Code": "AccessDenied"}]
+    redis.delete(REDIS_PREFIX + bucket)
+
+
+def test_redis_unreachable_sends_nothing_and_fails_the_call_as_transient():
+    import redis as redis_module
+
+    from blobgc.core.objects import is_transient
+    from blobgc.core.rate import CapUnavailable
+
+    gone = redis_module.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)  # nothing listens there
+    store = Answers({})
+    capped = CappedStore(store, RateCap(gone, RateLimits.parse({"b": 100})))
+    with pytest.raises(CapUnavailable) as failed:
+        capped.delete_objects(Bucket="b", Delete={"Objects": [{"Key": "k"}]})
+    assert store.calls == [] and is_transient(failed.value)
+    assert "could not take its tokens from Redis" in str(failed.value)

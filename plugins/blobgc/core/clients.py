@@ -38,6 +38,18 @@ def require_env(name: str) -> str:
     return value
 
 
+class NotingCursor(psycopg.Cursor[Any]):
+    """A cursor that notes on a statement or lock timeout which statement was cancelled (`error.blobgc_statement`),
+    so that the task's failure can name it (`blobgc.core.timeouts`)."""
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        try:
+            return super().execute(query, params, **kwargs)
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as error:
+            setattr(error, "blobgc_statement", query)  # noqa: B010 - psycopg errors take attributes
+            raise
+
+
 def pg_connect(conninfo: str, **kwargs: Any) -> psycopg.Connection:
     """A psycopg 3 connection in autocommit mode: every unit of work opens `conn.transaction()` itself.
 
@@ -49,6 +61,7 @@ def pg_connect(conninfo: str, **kwargs: Any) -> psycopg.Connection:
     if "connect_timeout" not in conninfo_to_dict(conninfo):  # a connection's own connect_timeout extra wins
         kwargs.setdefault("connect_timeout", 10)
     conn = psycopg.connect(conninfo, **kwargs)
+    conn.cursor_factory = NotingCursor
     conn.prepare_threshold = None
     conn.execute("SET max_parallel_workers_per_gather = 0")
     return conn

@@ -244,6 +244,7 @@ def delete_objects_in_batches(
 # (`test_fast_deletes_send_the_body_botocore_would`). A request with anything else (a VersionId, an ETag) is left to
 # botocore whole. If the placeholder is not found exactly once the call fails: it is never sent.
 FAST_DELETES_PARAMS, FAST_DELETES_CALL = "before-parameter-build.s3.DeleteObjects", "before-call.s3.DeleteObjects"
+FAST_DELETES_SEND = "before-send.s3.DeleteObjects"
 DELETE_PLACEHOLDER = "blobgc-fast-deletes-placeholder"
 DELETE_KEYS = "blobgc_delete_keys"  # the call's context: the keys the placeholder stands for
 PLACEHOLDER_OBJECT = f"<Object><Key>{DELETE_PLACEHOLDER}</Key></Object>".encode()
@@ -254,8 +255,11 @@ def fast_deletes(client: Any) -> None:
     botocore client; others are left as they are). Idempotent."""
     events = getattr(getattr(client, "meta", None), "events", None)
     if events is not None and hasattr(events, "register_first"):
-        events.register_first(FAST_DELETES_PARAMS, stand_in_for_keys, unique_id="blobgc-fast-deletes-params")
+        # the handler that puts the keys back first, and a last check before sending: a call that took the
+        # placeholder (another thread registering these meanwhile) is never sent with it
+        events.register_first(FAST_DELETES_SEND, refuse_placeholder, unique_id="blobgc-fast-deletes-send")
         events.register_first(FAST_DELETES_CALL, put_keys_back, unique_id="blobgc-fast-deletes-call")
+        events.register_first(FAST_DELETES_PARAMS, stand_in_for_keys, unique_id="blobgc-fast-deletes-params")
 
 
 def stand_in_for_keys(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
@@ -288,6 +292,16 @@ def put_keys_back(params: dict[str, Any], context: dict[str, Any], **_: Any) -> 
         )
     objects = "".join(f"<Object><Key>{xml_text(key)}</Key></Object>" for key in keys)
     params["body"] = body.replace(PLACEHOLDER_OBJECT, objects.encode("utf-8", "xmlcharrefreplace"))
+
+
+def refuse_placeholder(request: Any, **_: Any) -> None:
+    """`before-send` of DeleteObjects: a body that still holds the placeholder's <Object> is never sent."""
+    body = getattr(request, "body", None)
+    if isinstance(body, bytes) and PLACEHOLDER_OBJECT in body:
+        raise RuntimeError(
+            "a DeleteObjects request still held blobgc's placeholder key after serialization: not sent (its keys "
+            "stay owed)"
+        )
 
 
 def xml_text(text: str) -> str:

@@ -42,12 +42,35 @@ def load(name: str | Statement, package: str = PACKAGE) -> str:
         package = name.package
         name = name.name
     try:
-        return sql_root(package).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+        text = sql_root(package).joinpath(f"{name}.sql").read_text(encoding="utf-8")
     except FileNotFoundError as error:
         raise FileNotFoundError(
             f"no SQL statement {name!r} in package {package!r} ({package}/sql/{name}.sql): "
             "is the package installed whole, with its package data?"
         ) from error
+    NAMES.setdefault(text, name if package == PACKAGE else f"{package}:{name}")
+    return text
+
+
+NAMES: dict[str, str] = {}  # a loaded statement's text -> its name, for errors that must name the statement
+
+
+def name_of(statement: object) -> str:
+    """How an error names `statement`: its file's name when it was loaded here, else its first line (200 characters
+    at most)."""
+    if isinstance(statement, bytes):
+        text = statement.decode("utf-8", "replace")
+    elif isinstance(statement, str):
+        text = statement
+    else:  # a composed statement (psycopg.sql)
+        try:
+            text = statement.as_string(None)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - naming a statement must never hide the error being named
+            text = str(statement)
+    if text in NAMES:
+        return f"{NAMES[text]} (blobgc/sql/{NAMES[text]}.sql)" if ":" not in NAMES[text] else NAMES[text]
+    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("--")), "")
+    return repr(first[:200])
 
 
 def one_row(cursor: psycopg.Cursor[Row]) -> Row:

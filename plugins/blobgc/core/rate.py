@@ -8,8 +8,11 @@ throttled). The calls capped are the ones blobgc repeats per object: each key of
 before a deletion, each copy (and each part of a multipart copy) into quarantine.
 
 Every worker takes its tokens from the same state in Redis, atomically (one Lua script: a reservation in the manner
-of GCRA, each call pushing the bucket's "theoretical arrival time" on by n / rate and waiting until its turn), so
-mapped tasks and Celery workers together hold the rate, whatever their number. A SlowDown (or 503) answer halves
+of GCRA, each call pushing the bucket's "theoretical arrival time" on by n / rate and waiting until then, less a
+burst of `BURST_S`), so mapped tasks and Celery workers together hold the rate, whatever their number: by any
+moment, the calls sent since the cap was last idle are at most rate × (the time since + `BURST_S`). A DeleteObjects
+call is cut into calls of at most `CHUNK_S` of its cap's rate, and botocore's own retries of a throttled call take
+their tokens again. A SlowDown (or 503) answer halves
 the capped rate (at most once a second, however many workers saw it), holds it there for `HOLD_S`, then recovers it
 by `RECOVERY_PER_S` of the configured rate a second: additive increase, multiplicative decrease. The state expires
 from Redis a day after its last use.
@@ -17,11 +20,15 @@ from Redis a day after its last use.
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from blobgc.core.settings import ConfigurationError
 
@@ -37,6 +44,7 @@ HOLD_S = 10.0  # no recovery for this long after a cut
 RECOVERY_PER_S = 0.02  # then the rate grows by this share of the configured rate a second (0.5 -> 1 in 25 s)
 STATE_TTL_S = 86_400
 CLAIM_S = 2.0  # a drain's claim under a cap holds about this many seconds of the lowest rate
+CHUNK_S = 0.5  # a DeleteObjects call under a cap holds at most this many seconds of its rate
 SLOWDOWN_CODES = frozenset(
     {
         "SlowDown",
@@ -66,10 +74,10 @@ end
 local rate = base * factor
 local tat = tonumber(s[1]) or now
 if tat < now then tat = now end
+tat = tat + n / rate
 local wait = tat - burst - now
 if wait < 0 then wait = 0 end
-tat = tat + n / rate
-redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', tat), 'factor', string.format('%.6f', factor),
+redis.call('HSET', KEYS[1], 'tat', string.format('%.6f', tat), 'factor', string.format('%.9f', factor),
            'since', string.format('%.6f', since))
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return {string.format('%.6f', wait), string.format('%.6f', rate)}
@@ -93,7 +101,7 @@ if now - cut < every then
   return {string.format('%.6f', factor), 0}
 end
 factor = math.max(floor, factor * decrease)
-redis.call('HSET', KEYS[1], 'factor', string.format('%.6f', factor), 'since', string.format('%.6f', now + hold),
+redis.call('HSET', KEYS[1], 'factor', string.format('%.9f', factor), 'since', string.format('%.6f', now + hold),
            'cut', string.format('%.6f', now))
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 return {string.format('%.6f', factor), 1}
@@ -174,6 +182,7 @@ class Taken:
 
     waited_s: float = 0.0
     calls: int = 0
+    waits: int = 0
     rates: dict[str, float] = field(default_factory=dict)
 
 
@@ -194,6 +203,7 @@ class RateCap:
         self._take = redis.register_script(TAKE)
         self._slow = redis.register_script(SLOW)
         self.taken = Taken()
+        self._lock = threading.Lock()  # the drains' threads note what they waited in `taken`
 
     def groups(self, bucket: str, keys: Iterable[str]) -> dict[tuple[str, float], list[str]]:
         out: dict[tuple[str, float], list[str]] = {}
@@ -203,18 +213,26 @@ class RateCap:
         return out
 
     def take(self, bucket: str, keys: Iterable[str]) -> float:
-        """Wait until `keys` (one call each) may be sent to `bucket` under their caps; the seconds waited."""
+        """Wait until `keys` (one call each) may be sent to `bucket` under their caps; the seconds waited. Redis
+        unreachable raises `CapUnavailable`: the calls are not sent, and their keys stay owed for a retry."""
         wait = 0.0
         for (name, rate), mine in self.groups(bucket, keys).items():
-            answer = self._take(
-                keys=[REDIS_PREFIX + name], args=[rate, len(mine), BURST_S, self.recovery_per_s, STATE_TTL_S]
-            )
+            try:
+                answer = self._take(
+                    keys=[REDIS_PREFIX + name], args=[rate, len(mine), BURST_S, self.recovery_per_s, STATE_TTL_S]
+                )
+            except Exception as error:  # noqa: BLE001 - any failure of Redis: nothing may be sent uncapped
+                raise CapUnavailable(error=f"{type(error).__name__}: {error}") from error
             wait = max(wait, float(answer[0]))
             now_rate = float(answer[1])
-            self.taken.rates[name] = min(self.taken.rates.get(name, now_rate), now_rate)
-        self.taken.calls += 1
+            with self._lock:
+                self.taken.rates[name] = min(self.taken.rates.get(name, now_rate), now_rate)
+        with self._lock:
+            self.taken.calls += 1
         if wait > 0:
-            self.taken.waited_s += wait
+            with self._lock:
+                self.taken.waited_s += wait
+                self.taken.waits += 1
             self.sleep(wait)
         return wait
 
@@ -222,7 +240,11 @@ class RateCap:
         """The store answered SlowDown for `keys` of `bucket`: halve their caps' rates (once a second at most)."""
         for name, _rate in self.groups(bucket, keys):
             settings = [DECREASE, FLOOR, self.hold_s, CUT_EVERY_S, self.recovery_per_s, STATE_TTL_S]
-            factor, cut = self._slow(keys=[REDIS_PREFIX + name], args=settings)
+            try:
+                factor, cut = self._slow(keys=[REDIS_PREFIX + name], args=settings)
+            except Exception as error:  # noqa: BLE001 - the call's answer matters more than slowing the cap
+                log.warning("could not slow the cap on %s down after a SlowDown (Redis: %s)", name, error)
+                continue
             if int(cut):
                 log.warning(
                     "%s answered SlowDown: blobgc's cap on %s is %.0f%% of its configured rate now, for %.0f s, then "
@@ -251,12 +273,26 @@ def is_slowdown(code: str) -> bool:
     return code in SLOWDOWN_CODES
 
 
+class CapUnavailable(BotoCoreError):  # type: ignore[misc]
+    """The rate cap's Redis did not answer: the calls are not sent (a transient failure: their keys stay owed)."""
+
+    fmt = "blobgc's delete-rate cap could not take its tokens from Redis ({error}); nothing was sent uncapped"
+
+
+def throttled(response: Mapping[str, Any]) -> bool:
+    """Whether an answer (botocore's parsed response) is a throttle: SlowDown and its kin, or a 503."""
+    code = str((response.get("Error") or {}).get("Code", ""))
+    status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return is_slowdown(code) or status == 503
+
+
 class CappedStore:
     """An object store whose per-object calls (DeleteObjects' keys, HEAD, copies) take `cap`'s tokens first, and whose
     SlowDown answers slow the cap down. Everything else passes through to `store`."""
 
     def __init__(self, store: Any, cap: RateCap) -> None:
         self._store, self.cap = store, cap
+        self._calling = threading.local()  # (bucket, keys) of the call this thread is making, for its retries
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -268,24 +304,61 @@ class CappedStore:
         return max(100, int(lowest * CLAIM_S)) if lowest != float("inf") else 1 << 30
 
     def _call(self, bucket: str, keys: list[str], call: Callable[[], Any]) -> Any:
-        from botocore.exceptions import ClientError
-
         self.cap.take(bucket, keys)
+        self._watch_retries(bucket)
+        self._calling.current = (bucket, keys)
         try:
             return call()
         except ClientError as error:
-            status = str(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
-            if is_slowdown(error.response.get("Error", {}).get("Code", "")) or status == "503":
+            if throttled(error.response):
                 self.cap.slowed(bucket, keys)
             raise
+        finally:
+            self._calling.current = None
+
+    def _watch_retries(self, bucket: str) -> None:
+        """botocore retries a throttled call itself (its retry mode): each retry is sent again, so it takes its
+        tokens again, and each throttled answer slows the cap, not only the last (`on_retry`)."""
+        from blobgc.core.objects import listing_client
+
+        events = getattr(getattr(listing_client(self._store, bucket), "meta", None), "events", None)
+        if events is not None and hasattr(events, "register_first"):
+            events.register_first("needs-retry.s3", self.on_retry, unique_id=f"blobgc-rate-cap-{id(self)}")
+
+    def on_retry(self, response: Any = None, **_: Any) -> None:
+        """botocore's `needs-retry`: a throttled attempt of this thread's call slows the cap, and the retry (if
+        botocore makes one) waits for its tokens. Returns None: botocore's own handler decides whether to retry."""
+        current = getattr(self._calling, "current", None)
+        if current is None or response is None:
+            return
+        http, parsed = response
+        if throttled({**(parsed or {}), "ResponseMetadata": {"HTTPStatusCode": getattr(http, "status_code", 0)}}):
+            self.cap.slowed(*current)
+            self.cap.take(*current)
 
     def delete_objects(self, *, Bucket: str, Delete: dict[str, Any], **kwargs: Any) -> Any:  # noqa: N803
-        keys = [item["Key"] for item in Delete.get("Objects", [])]
-        answer = self._call(Bucket, keys, lambda: self._store.delete_objects(Bucket=Bucket, Delete=Delete, **kwargs))
-        slowed = [e.get("Key", "") for e in answer.get("Errors", []) if is_slowdown(e.get("Code", ""))]
-        if slowed:
-            self.cap.slowed(Bucket, slowed)
-        return answer
+        """DeleteObjects in calls of at most `CHUNK_S` seconds of the lowest rate among the keys' caps."""
+        objects = list(Delete.get("Objects", []))
+        rates = [rate for _, rate in self.cap.groups(Bucket, [o["Key"] for o in objects])]
+        size = max(1, int(min(rates) * CHUNK_S)) if rates else max(1, len(objects))
+        merged: dict[str, Any] = {}
+        for start in range(0, max(1, len(objects)), size):
+            part = objects[start : start + size]
+            keys = [item["Key"] for item in part]
+            answer = self._call(
+                Bucket, keys, functools.partial(self._delete, Bucket, {**Delete, "Objects": part}, kwargs)
+            )
+            slowed = [e.get("Key", "") for e in answer.get("Errors", []) if is_slowdown(e.get("Code", ""))]
+            if slowed:
+                self.cap.slowed(Bucket, slowed)
+            for field_name in ("Deleted", "Errors"):
+                if field_name in answer:
+                    merged.setdefault(field_name, []).extend(answer[field_name])
+            merged["ResponseMetadata"] = answer.get("ResponseMetadata", {})
+        return merged
+
+    def _delete(self, bucket: str, delete: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+        return self._store.delete_objects(Bucket=bucket, Delete=delete, **kwargs)
 
     def head_object(self, *, Bucket: str, Key: str, **kwargs: Any) -> Any:  # noqa: N803
         return self._call(Bucket, [Key], lambda: self._store.head_object(Bucket=Bucket, Key=Key, **kwargs))

@@ -14,6 +14,7 @@ from psycopg.conninfo import make_conninfo
 from blobgc.core.clients import S3_CONFIG, pg_connect
 from blobgc.core.objects import ObjectStore, Paginator, StoreUnknown
 from blobgc.core.settings import ConfigurationError
+from blobgc.core.timeouts import Timeouts
 
 if TYPE_CHECKING:
     import redis
@@ -89,25 +90,35 @@ LIBPQ_KEYWORDS = frozenset(d.keyword.decode() for d in psycopg.pq.Conninfo.get_d
 
 
 @contextmanager
-def pg_connection(conn_id: str = PG_CONN_ID) -> Iterator[psycopg.Connection]:
-    """A psycopg 3 connection (autocommit; work opens its own transactions) from an Airflow connection."""
+def pg_connection(conn_id: str = PG_CONN_ID, timeouts: Timeouts | None = None) -> Iterator[psycopg.Connection]:
+    """A psycopg 3 connection (autocommit; work opens its own transactions) from an Airflow connection, under
+    `timeouts` (a task's: Variable blobgc_db_timeouts) when given."""
     conn: psycopg.Connection = pg_connect(pg_conninfo(conn_id))
     try:
+        if timeouts is not None:
+            timeouts.apply(conn)
         yield conn
     finally:
         conn.close()
 
 
-def pg_connector(conn_id: str = PG_CONN_ID) -> Callable[[], psycopg.Connection]:
-    """A zero-argument factory of further connections, for work spread over several connections; with IAM,
-    each connection gets a token of its own (a token lives 15 minutes)."""
+def pg_connector(conn_id: str = PG_CONN_ID, timeouts: Timeouts | None = None) -> Callable[[], psycopg.Connection]:
+    """A zero-argument factory of further connections, for work spread over several connections, each under
+    `timeouts` when given; with IAM, each connection gets a token of its own (a token lives 15 minutes)."""
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
     hook = PostgresHook(postgres_conn_id=conn_id)
     conninfo = hook_conninfo(hook)  # a bad connection fails here, before any work
+
+    def connect(info: str) -> psycopg.Connection:
+        conn = pg_connect(info)
+        if timeouts is not None:
+            timeouts.apply(conn)
+        return conn
+
     if hook.connection.extra_dejson.get("iam", False):
-        return lambda: pg_connect(hook_conninfo(hook))
-    return lambda: pg_connect(conninfo)
+        return lambda: connect(hook_conninfo(hook))
+    return lambda: connect(conninfo)
 
 
 def s3_client(conn_id: str = S3_CONN_ID):

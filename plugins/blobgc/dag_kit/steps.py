@@ -34,6 +34,7 @@ from blobgc.core.rate import CappedStore, RateCap
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
+from blobgc.core.timeouts import timed_out
 from blobgc.dag_kit.collections import quarantine_policy, stores_by_bucket
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
 from blobgc.dag_kit.notify import check_notify_variable
@@ -43,7 +44,7 @@ from blobgc.dag_kit.prices import sync_storage_prices
 from blobgc.dag_kit.privileges import check_dag_privileges
 from blobgc.dag_kit.tables import check_required_tables
 from blobgc.dag_kit.unfixable import drain_refusal, unfixable
-from blobgc.dag_kit.variables import blob_bucket, rate_limits
+from blobgc.dag_kit.variables import blob_bucket, db_timeouts, rate_limits
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class Step:
     @property
     def connect(self) -> Callable[[], psycopg.Connection]:
         """Further connections to the application database, for work spread over several."""
-        return pg_connector()
+        return pg_connector(timeouts=db_timeouts())
 
 
 @contextmanager
@@ -110,6 +111,8 @@ def failing_fast() -> Iterator[None]:
     except ConfigurationError as error:
         raise AirflowFailException(str(error)) from error
     except (psycopg.Error, ClientError) as error:
+        if (cancelled := timed_out(error)) is not None:
+            raise cancelled from error  # retried by Airflow: the step goes on from its last checkpoint
         refusal = unfixable(error)
         if refusal is None:
             raise
@@ -124,7 +127,7 @@ def open_step(
     that the role holds every privilege the run needs (a dry run: the real run's), before anything is read."""
     requested = data_interval_end if data_interval_end is not None else dag_run.run_after
     run = RunRef(dag_id=dag_run.dag_id, run_id=run_id, dry_run=bool(params.get("dry_run", False)))
-    with failing_fast(), pg_connection() as conn:
+    with failing_fast(), pg_connection(timeouts=db_timeouts()) as conn:
         if first:  # a missing grant fails at once, naming each privilege and its GRANT
             check_dag_privileges(conn, run.dag_id, params)
         check_schema_current(conn)  # a schema behind the code fails the task, saying what to run
@@ -192,9 +195,10 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
 
     @gc_step(task_id=task_id, pool=S3_POOL, **task_kwargs)
     def drain(step: Step) -> DrainResult:
+        store = step.capped_s3
         result = delete_owed_objects(
             step.conn,
-            step.capped_s3,
+            store,
             step.run,
             batch_size=step.params["batch_size"],
             workers=OUTBOX_DRAINS,
@@ -202,6 +206,15 @@ def drain_owed_objects(task_id: str = "delete_owed_objects", *, fail_on_parked: 
             default_bucket=blob_bucket(),
             quarantine=quarantine_policy(),
         )
+        if isinstance(store, CappedStore):
+            taken = store.cap.taken
+            log.info(
+                "the rate cap made %d of %d calls wait, %.1f s in all; lowest rate met per cap: %s",
+                taken.waits,
+                taken.calls,
+                taken.waited_s,
+                ", ".join(f"{name} {rate:.0f}/s" for name, rate in sorted(taken.rates.items())) or "none",
+            )
         if fail_on_parked and (refusal := drain_refusal(result)) is not None:
             raise refusal  # a bucket missing or refusing blobgc: its keys stay owed, and no retry can fix it
         if result.parked and fail_on_parked:

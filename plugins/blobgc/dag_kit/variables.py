@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from blobgc.core.rate import RateLimits
+    from blobgc.core.timeouts import Timeouts
 
 from blobgc.core.settings import (
     DEFAULT_IMAGE_SIZES,
@@ -137,3 +138,11 @@ def rate_limits() -> RateLimits:
     from blobgc.core.rate import VARIABLE, RateLimits
 
     return RateLimits.parse(variable(VARIABLE, None, json_value=True))
+
+
+def db_timeouts() -> Timeouts:
+    """Variable blobgc_db_timeouts: statement_timeout and lock_timeout of every blobgc connection to the database
+    (`blobgc.core.timeouts`); defaults 30min and 1min."""
+    from blobgc.core.timeouts import VARIABLE, Timeouts
+
+    return Timeouts.parse(variable(VARIABLE, None, json_value=True))
