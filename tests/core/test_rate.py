@@ -179,12 +179,13 @@ def test_a_drain_under_slowdown_loses_nothing_and_its_cap_falls_then_recovers(co
         s3_slowdown(bucket, 0)
     assert object_keys(s3, bucket) == set(keys)
     assert cap.taken.calls >= 2  # botocore's retry of the throttled call took its tokens again
-    # halved (once: one episode), as the last call's tokens were taken, within the hold
-    assert float(redis.hget(REDIS_PREFIX + bucket, "factor")) == 0.5
+    # halved once per episode: the throttled attempt and botocore's retry of it are one episode, or two when the
+    # retry came more than a second later (a loaded machine)
+    assert float(redis.hget(REDIS_PREFIX + bucket, "factor")) in (0.5, 0.25)
     owed = conn.execute("SELECT count(*) FROM blobgc.deleted_object WHERE owed AND run_id = %s",
                         (run.run_id,)).fetchone()[0]
     assert owed == len(keys)
-    time.sleep(2.0 + 0.6)  # the hold, then 1.0 of the rate a second: back to its configured value
+    time.sleep(2.0 + 0.8)  # the hold, then 1.0 of the rate a second: back to its configured value from 0.25
     assert cap.rate_now(bucket) == pytest.approx(2000, rel=0.01)
     second = delete_owed_objects(conn, CappedStore(store, cap), run, policy=FAST, batch_size=100, concurrency=1)
     assert second.objects_deleted == len(keys) and second.failed == 0
