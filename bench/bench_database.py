@@ -34,6 +34,22 @@ def fresh_database(*extra_sql: Path) -> str:
     return dsn
 
 
+def drop_database() -> None:
+    """Drop the benchmark database (`BENCH_DB`, as the benchmark set it)."""
+    admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+
+
+def empty_bucket(s3, bucket: str) -> None:
+    """Delete every object of a benchmark's own bucket, then the bucket."""
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    s3.delete_bucket(Bucket=bucket)
+
+
 def timed(fn):
     """(seconds, value) of calling `fn`."""
     start = time.perf_counter()

@@ -55,15 +55,14 @@ from pathlib import Path
 
 import bench_database
 import psycopg
-from bench_database import ROOT, fresh_database, vacuum
+from bench_database import ROOT, drop_database, empty_bucket, fresh_database, vacuum
 from paste_expiry import bulk_put
-from psycopg.conninfo import make_conninfo
 
 import blobgc.kinds  # noqa: E402,F401 - installs the kinds (the drain's guards)
 from blobgc.collectors.mark import mark_collection  # noqa: E402
 from blobgc.collectors.sweep import execute_plan_part, plan_collection, range_part  # noqa: E402
 from blobgc.core import outbox as outbox_module  # noqa: E402
-from blobgc.core.clients import pg_connect, require_env, s3_client_from_env  # noqa: E402
+from blobgc.core.clients import pg_connect, s3_client_from_env  # noqa: E402
 from blobgc.core.collections import bind, parse_collections  # noqa: E402
 from blobgc.core.gate import GateSettings, judge, record_judgement  # noqa: E402
 from blobgc.core.key_space import split_key_space  # noqa: E402
@@ -359,20 +358,6 @@ def sweep(dsn: str, s3, bucket: str, layout: str, workers: int, server_pid: int 
 def listed_keys(s3, bucket: str) -> set[str]:
     return {o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
             for o in page.get("Contents", [])}
-
-
-def empty_bucket(s3, bucket: str) -> None:
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
-    s3.delete_bucket(Bucket=bucket)
-
-
-def drop_database() -> None:
-    admin = make_conninfo(require_env("BLOBGC_PG_DSN"), dbname="postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{bench_database.BENCH_DB}" WITH (FORCE)')
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ import time
 import uuid
 
 import bench_database
-from bench_database import ROOT, fresh_database
+from bench_database import ROOT, drop_database, empty_bucket, fresh_database
 from paste_expiry import bulk_put
 
 sys.path.insert(0, str(ROOT / "plugins"))
@@ -97,10 +97,7 @@ def one_rate(dsn: str, rate: float | None, objects: int, chunk: int) -> dict:
     span = every[-1][1] - every[0][1] if len(every) > 1 else 0.0
     measured = (deleted - every[0][0]) / span if span else float("nan")
     shares = [sum(n for n, _, _ in w) for w in noted]
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-        if page.get("Contents"):
-            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in page["Contents"]]})
-    s3.delete_bucket(Bucket=bucket)
+    empty_bucket(s3, bucket)
     return {"cap": rate, "objects": objects, "deleted": deleted, "left": left, "calls": len(every),
             "per_worker": shares, "seconds": round(wall, 2), "measured_per_s": round(measured, 1),
             "ratio_to_cap": round(measured / rate, 3) if rate else None}
@@ -130,9 +127,7 @@ def main() -> int:
                   f"per worker {row['per_worker']}; uncapped / capped x{base['measured_per_s'] / row['measured_per_s']:.1f}",
                   flush=True)
     finally:
-        admin = bench_database.make_conninfo(bench_database.require_env("BLOBGC_PG_DSN"), dbname="postgres")
-        with bench_database.psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{bench_database.BENCH_DB}" WITH (FORCE)')
+        drop_database()
     out = ROOT / "bench" / "results" / "rate_cap.json"
     out.write_text(json.dumps({"bench": "rate_cap", "results": results}, indent=2))
     print(f"raw figures: {out}")

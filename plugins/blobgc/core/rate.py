@@ -30,6 +30,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from blobgc.core.objects import chunked, listing_client
 from blobgc.core.settings import ConfigurationError
 
 log = logging.getLogger(__name__)
@@ -319,8 +320,6 @@ class CappedStore:
     def _watch_retries(self, bucket: str) -> None:
         """botocore retries a throttled call itself (its retry mode): each retry is sent again, so it takes its
         tokens again, and each throttled answer slows the cap, not only the last (`on_retry`)."""
-        from blobgc.core.objects import listing_client
-
         events = getattr(getattr(listing_client(self._store, bucket), "meta", None), "events", None)
         if events is not None and hasattr(events, "register_first"):
             events.register_first("needs-retry.s3", self.on_retry, unique_id=f"blobgc-rate-cap-{id(self)}")
@@ -342,8 +341,7 @@ class CappedStore:
         rates = [rate for _, rate in self.cap.groups(Bucket, [o["Key"] for o in objects])]
         size = max(1, int(min(rates) * CHUNK_S)) if rates else max(1, len(objects))
         merged: dict[str, Any] = {}
-        for start in range(0, max(1, len(objects)), size):
-            part = objects[start : start + size]
+        for part in list(chunked(objects, size)) or [objects]:  # an empty request is sent as it is, once
             keys = [item["Key"] for item in part]
             answer = self._call(
                 Bucket, keys, functools.partial(self._delete, Bucket, {**Delete, "Objects": part}, kwargs)
