@@ -229,7 +229,7 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
             kwargs: dict[str, Any] = {"run_conf": conf}
             if logical_date is not None:
                 kwargs["logical_date"] = logical_date
-            with dag_lock(dag_id, shared=logical_date is None), _syncing_only(dag_id):
+            with dag_lock(dag_id, shared=logical_date is None), _syncing_only(dag_id), _deadlocks_retried():
                 _pause(dag_id)
                 dag_run = bag.dags[dag_id].test(**kwargs)
                 run_id, state = dag_run.run_id, str(dag_run.state)
@@ -242,6 +242,39 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
             traceback.print_exc()
             returncode, error = 1, caught
     return DagTestRun(returncode, printed["output"], run_id, state, task_states, error)
+
+
+@contextlib.contextmanager
+def _deadlocks_retried() -> Iterator[None]:
+    """The stack's scheduler brings the running runs of paused DAGs up to date once a minute
+    (`_update_dag_run_state_for_paused_dags`), a `DAG.test()` run's among them: its `DagRun.update_state` and the
+    run's own can lock the run's rows in opposite orders, and PostgreSQL ends one of them (deadlock detected; seen
+    once in CI). The scheduler logs its loss and goes on; here `DAG.test()` would end the run half done. The run's
+    own update is rolled back and made again, as the scheduler makes it again a minute later."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy.exc import OperationalError
+
+    update_state = DagRun.update_state
+
+    def again_after_deadlock(self: Any, *args: Any, session: Any = None, **kwargs: Any):
+        if session is None:
+            return update_state(self, *args, **kwargs)
+        for attempt in range(5):
+            try:
+                result = update_state(self, *args, session=session, **kwargs)
+                session.flush()
+                return result
+            except OperationalError as error:
+                if getattr(error.orig, "pgcode", None) != "40P01" or attempt == 4:  # psycopg2's DeadlockDetected
+                    raise
+                session.rollback()
+                time.sleep(0.2)
+
+    DagRun.update_state = again_after_deadlock  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DagRun.update_state = update_state  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

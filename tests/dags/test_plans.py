@@ -16,7 +16,7 @@ from blobgc.core.plans import plan_parts
 from blobgc.core.runs import RunRef
 from tests.helpers import airflow_api, backdate_object, make_blobs, object_keys, run_dag, set_unused_since
 from tests.support.by_hand import run_task_by_hand
-from tests.support.gate import SMALL_GATE, Answer, env
+from tests.support.gate import SMALL_GATE, Answer, asked, env
 
 SWEEP = "blobgc_sweep"
 RECONCILE = "blobgc_reconcile"
@@ -181,34 +181,30 @@ def test_a_run_at_ten_times_the_median_waits_for_a_person(conn, test_dsn, s3, bu
                             "WHERE run_id = %s", (result.run_id,)).fetchone() == (0, 0, True)
 
 
-def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, test_dsn, s3, bucket):
+def test_a_gate_nobody_answers_times_out_and_deletes_nothing(conn, s3, bucket):
     ids = gated(conn, s3, bucket)
-    watch = Answer(SWEEP, None, test_dsn)  # sees the gate wait, and answers nothing
-    watch.start()
     result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003},  # about 11 s
                      env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE))
-    watch.join(30)
-    assert watch.error is None and watch.detail is not None
     assert result.returncode == 0, result.output[-3000:]
+    asking = asked(SWEEP, result.run_id)  # the gate asked a person, and nobody answered: its default stood
+    assert asking["subject"].startswith("Approve blobgc_sweep deleting 20 objects")
+    assert asking["responded_by_user"] is None and asking["chosen_options"] == ["Reject"]
     assert conn.execute("SELECT decision, decided_by FROM blobgc.gate_decision WHERE run_id = %s",
                         (result.run_id,)).fetchone() == ("timed_out", None)
     assert conn.execute("SELECT count(*) FROM app.blob").fetchone()[0] == len(ids)
     assert result.task_states["delete_unused_blobs"] == "skipped"
 
 
-def test_delete_tasks_run_again_by_hand_after_the_gate_refused_fail_and_delete_nothing(conn, test_dsn, s3, bucket):
+def test_delete_tasks_run_again_by_hand_after_the_gate_refused_fail_and_delete_nothing(conn, s3, bucket):
     """A person runs the delete path of a run again by hand (`airflow tasks test`, past its skipped upstream tasks)
     after its gate refused the plan by timing out: plan_parts, and the delete task itself even when handed a part
     of the plan, fail on the gate's recorded decision (GateClosed); no row is deleted, nothing owed. (After a
     Reject, every delete task of every DAG: tests/dags/test_gate_enforced.py.)"""
     ids = gated(conn, s3, bucket)
-    watch = Answer(SWEEP, None, test_dsn)  # sees the gate wait, and answers nothing
-    watch.start()
     run_env = env(bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE)
     result = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=run_env)  # about 11 s
-    watch.join(30)
-    assert watch.error is None and watch.detail is not None
     assert result.returncode == 0, result.output[-3000:]
+    assert asked(SWEEP, result.run_id)["responded_by_user"] is None  # the gate asked, and nobody answered
     assert result.task_states["delete_unused_blobs"] == "skipped"
     assert conn.execute("SELECT decision, decided_by FROM blobgc.gate_decision WHERE run_id = %s",
                         (result.run_id,)).fetchone() == ("timed_out", None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 
 import psycopg
 
@@ -56,3 +57,11 @@ class Answer(threading.Thread):
             raise AssertionError("no gate waited for an answer")
         except BaseException as error:  # noqa: BLE001 - reported by the test
             self.error = error
+
+
+def asked(dag_id: str, run_id: str) -> dict:
+    """What the gate of run `run_id` asked a person, read back after the run through the REST API: the gate's
+    Human-in-the-loop detail (subject, options, who answered, what was chosen). A gate nobody answered keeps its
+    detail, with `responded_by_user` None and its default chosen when it timed out."""
+    run = urllib.parse.quote(run_id, safe="")
+    return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/gate/-1/hitlDetails")
