@@ -17,6 +17,7 @@ import blobgc.kinds  # noqa: F401 - installs the kinds, as every DAG and the rec
 from blobgc.core.clients import pg_connect, redis_from_env, s3_client_from_env
 from blobgc.core.migrations import apply_migrations
 from demo_app.migrate import apply_app_migrations
+from tests.support.replica import replica, replica_dsn  # noqa: F401 - the stale replica's fixtures
 from tests.helpers import TEST_DB
 
 # fixtures of the seeds' test kits (tests/support/), shared by the tests of a collector, its DAG and its app

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -43,6 +45,61 @@ class MarkResult(TaskResult):
     ranges: int = 0
 
 
+Bind = Callable[[psycopg.Connection, str | None, str | None], dict[str, Any]]
+
+
+@contextmanager
+def referenced_source(
+    refs: ReferenceSet, read: Callable[[], psycopg.Connection] | None
+) -> Iterator[tuple[sql.Composable, Bind]]:
+    """Where a range's referenced ids come from, as the mark's statements' `{referenced}`, and the parameters one
+    range binds (on the primary, inside the range's transaction).
+
+    Without `read`: a scan of every referencing table on the primary, in the mark's own statement. With `read` (the
+    read replica's connections, `blobgc.core.replica`): the referencing tables are scanned on the replica, and on the
+    primary only the range's ids the replica found unreferenced are looked up again, by id; the statement reads the
+    union. A reference the replica has not replayed yet is found by that lookup: the row stays used. One
+    replica connection per worker thread, closed at the end."""
+    if read is None:
+        yield referenced_ids_query(refs, "range"), lambda _conn, lo, hi: {"lo": lo, "hi": hi}
+        return
+    id_type = sql.SQL(refs.id_type)
+    on_replica = sql.SQL(queries.load("replica/select_referenced_ids")).format(
+        referenced=referenced_ids_query(refs, "range")
+    )
+    unseen = sql.SQL(queries.load("replica/select_unseen_ids")).format(
+        id=sql.Identifier(refs.id_column), table=refs.table_identifier, type=id_type
+    )
+    by_id = sql.Composed([referenced_ids_query(refs, "ids")])
+    local = threading.local()
+    opened: list[psycopg.Connection] = []
+    lock = threading.Lock()
+
+    def bind(primary: psycopg.Connection, lo: str | None, hi: str | None) -> dict[str, Any]:
+        if not hasattr(local, "conn"):
+            local.conn = read()
+            local.conn.execute("SET default_transaction_read_only = on")
+            with lock:
+                opened.append(local.conn)
+        seen = [row[0] for row in local.conn.execute(on_replica, {"lo": lo, "hi": hi})]
+        ids = [row[0] for row in primary.execute(unseen, {"lo": lo, "hi": hi, "seen": seen})]
+        found = [row[0] for row in primary.execute(by_id, {"ids": ids})] if ids else []
+        if found:
+            log.info(
+                "range [%s, %s): %d rows the replica saw unreferenced are referenced on the primary: kept used",
+                lo or "start",
+                hi or "end",
+                len(set(found)),
+            )
+        return {"lo": lo, "hi": hi, "referenced": seen + found}
+
+    try:
+        yield sql.SQL("SELECT unnest(%(referenced)s::{t}[]) AS blob_id").format(t=id_type), bind
+    finally:
+        for c in opened:
+            c.close()
+
+
 def mark_in_columns(
     conn: psycopg.Connection,
     bound: BoundCollection,
@@ -52,39 +109,40 @@ def mark_in_columns(
     dry_run: bool = False,
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
+    read: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
     """Mark a column-mode collection in its own columns, from the references found now, one range per transaction,
     with its kind's statements (seed 000's app_blob: `unused`, stamped `updated_at`, and `visibility`).
 
-    With `workers` > 1, ranges are marked on that many connections from `connect` at once.
+    With `workers` > 1, ranges are marked on that many connections from `connect` at once. With `read`, the
+    referencing tables are scanned on a read replica (`referenced_source`).
     """
     mode = bound.collection.mode
     if mode is None:
         raise ValueError(f"collection {bound.name!r} is not in column mode: mark it with mark_collection")
-    marks = sql.SQL(queries.load(mode.statement("mark/select_marks"))).format(
-        referenced=referenced_ids_query(refs, "range")
-    )
-    statement = sql.SQL(queries.load(mode.statement("mark/count_marks" if dry_run else "mark/update_marks"))).format(
-        marks=marks
-    )
-    ranges = key_ranges(conn, range_size, bound.id_column)
+    with referenced_source(refs, read) as (referenced, bind):
+        marks = sql.SQL(queries.load(mode.statement("mark/select_marks"))).format(referenced=referenced)
+        statement = sql.SQL(
+            queries.load(mode.statement("mark/count_marks" if dry_run else "mark/update_marks"))
+        ).format(marks=marks)
+        ranges = key_ranges(conn, range_size, bound.id_column)
 
-    def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
-        with c.transaction():
-            unused, used, visibility = queries.one_row(c.execute(statement, {"lo": lo, "hi": hi}))
-        if unused or used or visibility:
-            log.info(
-                "range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
-                lo or "start",
-                hi or "end",
-                unused,
-                used,
-                visibility,
-                " (dry run)" if dry_run else "",
-            )
-        return unused, used, visibility
+        def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
+            with c.transaction():
+                unused, used, visibility = queries.one_row(c.execute(statement, bind(c, lo, hi)))
+            if unused or used or visibility:
+                log.info(
+                    "range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
+                    lo or "start",
+                    hi or "end",
+                    unused,
+                    used,
+                    visibility,
+                    " (dry run)" if dry_run else "",
+                )
+            return unused, used, visibility
 
-    counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
+        counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
     result = MarkResult(
         became_unused=sum(c[0] for c in counts),
         became_used=sum(c[1] for c in counts),
@@ -143,36 +201,40 @@ def mark_collection(
     dry_run: bool = False,
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
+    read: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
     """Record, in `blobgc.mark_<name>`, the collection's rows that no reference points at now, one range per
     transaction; forget those referenced again or gone. The moment a row is first found unused is when its grace
-    starts. A dry run counts and writes nothing (not even the mark table)."""
+    starts. A dry run counts and writes nothing (not even the mark table). With `read`, the referencing tables are
+    scanned on a read replica (`referenced_source`)."""
     if not dry_run:
         ensure_mark_table(conn, bound)
-    referenced = referenced_ids_query(refs, "range")
-    if bound.mark_table_exists(conn):
-        found = bound.statement("collections/select_found_marks", referenced=referenced)
-        statement = bound.statement("collections/count_marks" if dry_run else "collections/update_marks", found=found)
-    else:  # a dry run before the first real mark: every unreferenced row would be recorded
-        statement = bound.statement("collections/count_unreferenced_rows", referenced=referenced)
-    ranges = key_ranges(conn, range_size, bound.id_column)
-
-    def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:
-        with c.transaction():
-            unused, used = queries.one_row(c.execute(statement, {"lo": lo, "hi": hi}))
-        if unused or used:
-            log.info(
-                "%s range [%s, %s): %d became unused, %d became used%s",
-                bound.name,
-                lo or "start",
-                hi or "end",
-                unused,
-                used,
-                " (dry run)" if dry_run else "",
+    with referenced_source(refs, read) as (referenced, bind):
+        if bound.mark_table_exists(conn):
+            found = bound.statement("collections/select_found_marks", referenced=referenced)
+            statement = bound.statement(
+                "collections/count_marks" if dry_run else "collections/update_marks", found=found
             )
-        return unused, used
+        else:  # a dry run before the first real mark: every unreferenced row would be recorded
+            statement = bound.statement("collections/count_unreferenced_rows", referenced=referenced)
+        ranges = key_ranges(conn, range_size, bound.id_column)
 
-    counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
+        def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:
+            with c.transaction():
+                unused, used = queries.one_row(c.execute(statement, bind(c, lo, hi)))
+            if unused or used:
+                log.info(
+                    "%s range [%s, %s): %d became unused, %d became used%s",
+                    bound.name,
+                    lo or "start",
+                    hi or "end",
+                    unused,
+                    used,
+                    " (dry run)" if dry_run else "",
+                )
+            return unused, used
+
+        counts = in_ranges(conn, ranges, mark_range, workers=workers, connect=connect)
     result = MarkResult(
         became_unused=sum(c[0] for c in counts), became_used=sum(c[1] for c in counts), ranges=len(ranges)
     )
@@ -195,9 +257,10 @@ def mark_any(
     dry_run: bool = False,
     workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
+    read: Callable[[], psycopg.Connection] | None = None,
 ) -> MarkResult:
     """Mark one collection: in its own columns if a kind declares it in column mode (`mark_in_columns`), any other
-    in its mark table."""
+    in its mark table; with `read`, its referencing tables are scanned on a read replica."""
     if bound.collection.column_mode:
-        return mark_in_columns(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect)
-    return mark_collection(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect)
+        return mark_in_columns(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect, read=read)
+    return mark_collection(conn, bound, refs, dry_run=dry_run, workers=workers, connect=connect, read=read)

@@ -44,6 +44,7 @@ from blobgc.core.references import (
     referenced_ids_query,
     unreferenced_condition,
 )
+from blobgc.core.replica import reading
 from blobgc.core.results import TaskResult, local
 from blobgc.core.runs import RunRef, add_counts
 from blobgc.core.sizes import human_bytes
@@ -388,9 +389,13 @@ def plan_collection(
     cutoff: datetime,
     batch_size: int = 1000,
     key_range: KeyRange = (None, None),
+    read: psycopg.Connection | None = None,
 ) -> SweepResult:
     """Plan the sweep of one id range of a collection: every row unused since before `cutoff` that no reference
     points at now, a batch at a time, into `run`'s plan (`blobgc.core.plans`) with the objects it owns.
+
+    The candidates are read on `read` (a read replica, `blobgc.core.replica`; by default `conn`), the plan is
+    written on `conn`, the primary: `execute_plan_part` re-checks every planned row there before deleting it.
 
     Nothing is locked or deleted. On a dry run this is also the run's report (counts and deletion log, as
     before plans existed). A retried task plans its range again from scratch. The result's `not_planned` says why
@@ -398,29 +403,30 @@ def plan_collection(
     `cutoff`, or the collection's own for a run without one), and the log says it in words.
     """
     lo, hi = key_range
+    read = conn if read is None else read
     part = range_part(key_range, bound.name)
     restart_planning(conn, run, part)
     grace = (
         run.reference_time - cutoff if run.reference_time is not None else timedelta(hours=bound.collection.grace_hours)
     )
-    counts = count_not_planned(conn, bound, refs, cutoff=cutoff, grace=grace, key_range=key_range)
+    counts = count_not_planned(read, bound, refs, cutoff=cutoff, grace=grace, key_range=key_range)
     log.info("%s", explain_not_planned(f"{bound.name} {range_part(key_range)}", counts))
     result = SweepResult(not_planned={bound.name: counts})
-    if not bound.collection.column_mode and not bound.mark_table_exists(conn):
+    if not bound.collection.column_mode and not bound.mark_table_exists(read):
         log.info("collection %s has not been marked yet: nothing to plan (run blobgc_mark first)", bound.name)
         return result
     found = statements(bound, refs, dry_run=True)
     after: str | None = None
     while True:
         with conn.transaction():
-            batch = conn.execute(
+            batch = read.execute(
                 found.select_batch,
                 {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size, "plan_ids": None},
             ).fetchall()
             if not batch:
                 break
             after = batch[-1][0]
-            rows = conn.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
+            rows = read.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
             keys, sizes = owned_objects(rows)
             add_plan_item(
                 conn,
@@ -569,15 +575,17 @@ class Sweep(Deletion):
 
     def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
         bound = self.collections.one(work.conn, shard["collection"])
-        return plan_collection(
-            work.conn,
-            work.run,
-            bound,
-            self.collections.references(work.conn, bound),
-            cutoff=work.cutoff(hours=self.grace(work, bound)),
-            batch_size=work.params["batch_size"],
-            key_range=(shard["lo"], shard["hi"]),
-        )
+        with reading(work.reads, work.conn) as read:  # the replica when one is set: execute re-checks on the primary
+            return plan_collection(
+                work.conn,
+                work.run,
+                bound,
+                self.collections.references(work.conn, bound),
+                cutoff=work.cutoff(hours=self.grace(work, bound)),
+                batch_size=work.params["batch_size"],
+                key_range=(shard["lo"], shard["hi"]),
+                read=read,
+            )
 
     def execute(self, work: Work, part: dict[str, Any] | None) -> TaskResult:
         assert part is not None

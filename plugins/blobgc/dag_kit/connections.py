@@ -121,6 +121,21 @@ def pg_connector(conn_id: str = PG_CONN_ID, timeouts: Timeouts | None = None) ->
     return lambda: connect(conninfo)
 
 
+def replica_connector(timeouts: Timeouts | None = None) -> Callable[[], psycopg.Connection] | None:
+    """Connections to the read replica of connection `blobgc_postgres_replica` (`blobgc.core.replica`), under
+    `timeouts`; None when no such connection is defined (every scan reads the primary)."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from blobgc.core.replica import REPLICA
+
+    try:
+        Connection.get(REPLICA)
+    except AirflowNotFoundException:
+        return None
+    return pg_connector(REPLICA, timeouts)
+
+
 def s3_client(conn_id: str = S3_CONN_ID):
     """A boto3 S3 client from the `aws` connection, through the provider's S3Hook; `endpoint_url` in its extra
     points at any S3-compatible store, and its `config_kwargs` (retries, addressing style, timeouts) are

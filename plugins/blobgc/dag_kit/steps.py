@@ -31,12 +31,14 @@ from botocore.exceptions import ClientError
 from blobgc.core.migrations import check_schema_current
 from blobgc.core.outbox import DrainResult, OwedDeletionsParked, delete_owed_objects, owed_summary
 from blobgc.core.rate import CappedStore, RateCap
+from blobgc.core.replica import PRIMARY, Reads, replica_reads
+from blobgc.core.replica import record as record_reads
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff, ensure_run, finish_run
 from blobgc.core.settings import ConfigurationError
 from blobgc.core.timeouts import timed_out
 from blobgc.dag_kit.collections import quarantine_policy, stores_by_bucket
-from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, s3_client
+from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, replica_connector, s3_client
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.params import S3_POOL
 from blobgc.dag_kit.pools import check_dag_pools
@@ -63,8 +65,10 @@ class Step:
     conn: psycopg.Connection
     run: RunRef
     params: dict[str, Any]
+    task_id: str = ""
     _s3: Any = field(default=None, repr=False)
     _redis: Any = field(default=None, repr=False)
+    _reads: Reads | None = field(default=None, repr=False)
 
     def cutoff(self, **grace: float) -> datetime:
         return cutoff(self.run, **grace)
@@ -98,6 +102,16 @@ class Step:
         """Further connections to the application database, for work spread over several."""
         return pg_connector(timeouts=db_timeouts())
 
+    @property
+    def reads(self) -> Reads:
+        """Where this step's candidate scans read (`blobgc.core.replica`): the replica of connection
+        blobgc_postgres_replica when it is set, else the primary. Measured, recorded on the run and logged once."""
+        if self._reads is None:
+            replica = replica_connector(timeouts=db_timeouts())
+            self._reads = replica_reads(replica) if replica is not None else Reads(PRIMARY, self.connect)
+            record_reads(self.conn, self.run, self.task_id or "task", self._reads)
+        return self._reads
+
 
 @contextmanager
 def failing_fast() -> Iterator[None]:
@@ -121,7 +135,12 @@ def failing_fast() -> Iterator[None]:
 
 @contextmanager
 def open_step(
-    dag_run: Any, run_id: str, params: dict[str, Any], data_interval_end: datetime | None, first: bool = False
+    dag_run: Any,
+    run_id: str,
+    params: dict[str, Any],
+    data_interval_end: datetime | None,
+    first: bool = False,
+    task_id: str = "",
 ) -> Iterator[Step]:
     """The database connection and the recorded run of one task (see `Step`); a DAG's `first` task checks first
     that the role holds every privilege the run needs (a dry run: the real run's), before anything is read."""
@@ -132,7 +151,7 @@ def open_step(
             check_dag_privileges(conn, run.dag_id, params)
         check_schema_current(conn)  # a schema behind the code fails the task, saying what to run
         check_required_tables(conn, run.dag_id)  # a DAG enabled without its tables fails, naming them
-        yield Step(conn, ensure_run(conn, run, requested), dict(params))
+        yield Step(conn, ensure_run(conn, run, requested), dict(params), task_id)
 
 
 def gc_step(
@@ -168,7 +187,8 @@ def gc_step(
                     check_notify_variable()  # and the failure alerts it would send are configured right
                 for check in checks:
                     check()
-            with open_step(dag_run, run_id, params or {}, data_interval_end, first=first) as step:  # and its grants
+            task_id = getattr(task, "task_id", "")
+            with open_step(dag_run, run_id, params or {}, data_interval_end, first=first, task_id=task_id) as step:
                 result = fn(step, *args, **kwargs)
             return result.to_xcom() if isinstance(result, TaskResult) else result
 

@@ -57,8 +57,9 @@ def blobgc_mark():
     @gc_step(map_index_template="{{ task.op_kwargs['collection'] }}")
     def mark_blobs(step: Step, collection: str) -> MarkResult:
         bound = one_collection(step.conn, collection)
+        reads = step.reads  # the replica's connections when blobgc_postgres_replica is set: the mark's scans read it
         return mark.mark_any(step.conn, bound, references(step.conn, bound), dry_run=step.run.dry_run, workers=2,
-                             connect=step.connect)
+                             connect=step.connect, read=reads.connect if reads.replica else None)
 
     checked = check_references()
     removed = remove_stale_page_usages(checked)

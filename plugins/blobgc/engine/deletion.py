@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Protocol
 
 import psycopg
 
+from blobgc.core.replica import PRIMARY, Reads
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef, cutoff
 
@@ -53,6 +54,9 @@ class Work(Protocol):
     @property
     def connect(self) -> Callable[[], psycopg.Connection]: ...
 
+    @property
+    def reads(self) -> Reads: ...
+
 
 @dataclass
 class LocalWork:
@@ -64,9 +68,14 @@ class LocalWork:
     s3: Any = None
     redis: Any = None
     connector: Callable[[], psycopg.Connection] | None = None
+    reader: Reads | None = None  # where candidate scans read: the primary (`conn`) unless a replica's Reads is given
 
     def cutoff(self, **grace: float) -> datetime:
         return cutoff(self.run, **grace)
+
+    @property
+    def reads(self) -> Reads:
+        return self.reader if self.reader is not None else Reads(PRIMARY, lambda: self.conn)
 
     @property
     def connect(self) -> Callable[[], psycopg.Connection]:

@@ -107,10 +107,18 @@ def judge_keys(
     items: list[tuple[str, int, datetime]],
     cutoff: datetime,
     found: Findings,
+    primary: psycopg.Connection | None = None,
 ) -> None:
     """Judge (key, size, LastModified) items of one owner into `found`: one look-up for them all (`accounted_for`);
-    a key of no shape the owner knows is reported under the collection's source (a seed layout's under none)."""
+    a key of no shape the owner knows is reported under the collection's source (a seed layout's under none).
+
+    With `primary` (when `conn` is a read replica, `blobgc.core.replica`), the keys the replica accounts for no row
+    of are looked up again on the primary: a row the replica has not replayed yet keeps its object."""
     accounted, unshaped = accounted_for(conn, owner, (key for key, _, _ in items))
+    if primary is not None and primary is not conn:
+        rest = [key for key, _, _ in items if key not in accounted and key not in unshaped]
+        if rest:
+            accounted |= accounted_for(primary, owner, rest)[0]
     unknown_source = owner.collection.source if isinstance(owner, BoundCollection) else None
     for key, size, modified in items:
         if key in unshaped:

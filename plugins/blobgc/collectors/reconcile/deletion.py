@@ -17,6 +17,7 @@ from blobgc.collectors.reconcile import from_inventory, listing, report
 from blobgc.collectors.reconcile.planning import run_shards
 from blobgc.collectors.reconcile.shards import Shard, ShardResult
 from blobgc.core.collections import CollectionSource
+from blobgc.core.replica import reading
 from blobgc.core.results import TaskResult
 from blobgc.core.runs import RunRef
 from blobgc.core.scratch import LEFT_FOR, Location, default_location, delete_tree, run_folder
@@ -81,21 +82,28 @@ class Reconcile(Deletion):
                 mine = run_folder(root, work.run.dag_id, work.run.run_id).prefix
                 left_before = datetime.now(UTC) - LEFT_FOR  # a failed run's parts may be run again until then
                 delete_tree(work.s3, root.below(work.run.dag_id), keep=mine, written_before=left_before)
-            parts += from_inventory.prepare_parts(
-                work.conn,
-                work.s3,
-                work.run,
-                self.inventory_scope(work, shard, collections),
-                shard.inventory,
-                scratch=root,
-                max_age_hours=work.params["max_inventory_age_hours"],
-                part_rows=work.params.get("inventory_part_keys") or from_inventory.PART_ROWS,
-            )
+            with reading(work.reads, work.conn) as read:  # the formed keys stream from the replica when one is set
+                parts += from_inventory.prepare_parts(
+                    work.conn,
+                    work.s3,
+                    work.run,
+                    self.inventory_scope(work, shard, collections),
+                    shard.inventory,
+                    scratch=root,
+                    max_age_hours=work.params["max_inventory_age_hours"],
+                    part_rows=work.params.get("inventory_part_keys") or from_inventory.PART_ROWS,
+                    read=read,
+                )
         return parts
 
     def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
         part = Shard.from_xcom(shard)
         cutoff = work.cutoff(hours=work.params["min_age_hours"])
+        with reading(work.reads, work.conn) as read:  # the replica when one is set: the primary re-checks
+            return self.reconcile(work, part, cutoff, read)
+
+    def reconcile(self, work: Work, part: Shard, cutoff: datetime, read: psycopg.Connection) -> TaskResult:
+        """Reconcile one shard, its candidate keys read on `read` and every finding re-checked on the primary."""
         bucket, store = self.collections.bucket(), self.collections.store(work.s3)
         if part.inventory and not part.parts:  # a shard planned before parts were mapped: the bucket in one task
             return from_inventory.reconcile_from_inventory(
@@ -108,6 +116,7 @@ class Reconcile(Deletion):
                 cutoff=cutoff,
                 max_age_hours=work.params["max_inventory_age_hours"],
                 confirmations=work.params["confirmations"],
+                read=read,
             )
         if part.inventory:
             return from_inventory.reconcile_inventory_part(
@@ -131,6 +140,7 @@ class Reconcile(Deletion):
             confirmations=work.params["confirmations"],
             collection=self.collections.one(work.conn, part.collection) if part.collection else None,
             bucket_origin=self.bucket_origin(),
+            read=read,
         )
 
     def inventory_scope(self, work: Work, part: Shard, collections: list | None = None) -> from_inventory.Scope:

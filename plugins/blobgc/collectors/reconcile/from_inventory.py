@@ -401,10 +401,13 @@ def write_parts(
     max_age_hours: float,
     memory_limit: str,
     part_rows: int,
+    read: psycopg.Connection | None = None,
 ) -> tuple[Report, list[tuple[int, int]]]:
     """Read the report at `manifest` (checked, as `locate` checks it) and every key the scope's rows form, and write
     both once into Parquet part files by hash under `directory/parts` (`Engine.write_parts`), about `part_rows`
-    report keys a part. Returns the report and each part's (report keys, formed keys)."""
+    report keys a part. Returns the report and each part's (report keys, formed keys). The formed keys are read
+    on `read` (a read replica, `blobgc.core.replica`; by default `conn`): a key the replica does not form yet is
+    checked against the primary before it is judged (`classify`), and again in the deleting transaction."""
     report = read_located(inventory_s3, manifest, scope.bucket)
     report.check_age(reference_time or datetime.now(UTC), max_age_hours)
     with engine(directory / "duckdb", memory_limit=memory_limit) as db:
@@ -413,7 +416,7 @@ def write_parts(
         for path in paths:
             path.unlink()
         parts = max(1, math.ceil(rows / part_rows))
-        accounted = copy_accounted(conn, db, scope, directory)
+        accounted = copy_accounted(conn if read is None else read, db, scope, directory)
         counts = db.write_parts(directory / "parts", parts)
     log.info(
         "%s: %d inventory keys (%s, taken %s) against %d keys the rows form, written in %d part(s)",
@@ -472,6 +475,7 @@ def reconcile_from_inventory(
     workdir: Path | None = None,
     memory_limit: str = "1GB",
     part_rows: int = PART_ROWS,
+    read: psycopg.Connection | None = None,
 ) -> ShardResult:
     """Reconcile one bucket from the report at `manifest` (`s3://`, `gs://` or `az://` location of its manifest, as
     `locate` gave it) in this process, part after part, on this machine's disk (a DAG spreads the parts over mapped
@@ -495,6 +499,7 @@ def reconcile_from_inventory(
             max_age_hours=max_age_hours,
             memory_limit=memory_limit,
             part_rows=part_rows,
+            read=read,
         )
         parts = len(counts)
         names = [part_name(scope.bucket, p, parts, manifest) for p in range(parts)]
@@ -535,6 +540,7 @@ def prepare_parts(
     workdir: Path | None = None,
     memory_limit: str = "1GB",
     part_rows: int = PART_ROWS,
+    read: psycopg.Connection | None = None,
 ) -> list[Shard]:
     """A DAG's inventory reconcile of one bucket, first step: write the report's keys and the formed keys once into
     part files by hash (`write_parts`) and put them under the run's folder of the `scratch` location, where every
@@ -552,6 +558,7 @@ def prepare_parts(
             max_age_hours=max_age_hours,
             memory_limit=memory_limit,
             part_rows=part_rows,
+            read=read,
         )
         delete_tree(inventory_s3, folder)  # a retry's parts may be fewer: none of the last try's is left
         put = put_tree(inventory_s3, local / "parts", folder)

@@ -120,6 +120,7 @@ def check_page(
     cutoff: datetime,
     after: str,
     last_page: bool,
+    primary: psycopg.Connection | None = None,
 ) -> Findings:
     """Judge one page's keys (`checks.judge_keys`), and find the rows of a seed layout whose objects should be in
     its stretch of the listing but are not.
@@ -135,7 +136,7 @@ def check_page(
         found.unknown = [(o["Key"], None) for o in contents]
         return found
     items = [(o["Key"], int(o.get("Size") or 0), o["LastModified"]) for o in contents]
-    judge_keys(conn, source, items, cutoff, found)
+    judge_keys(conn, source, items, cutoff, found, primary)
     if isinstance(source, BoundCollection):
         return found
     # the reverse check over the page's stretch of the listing, (first, last]
@@ -178,11 +179,13 @@ def reconcile_shard(
     page_size: int = PAGE,
     collection: BoundCollection | None = None,
     bucket_origin: str = RUN_BUCKET_VARIABLE,
+    read: psycopg.Connection | None = None,
 ) -> ShardResult:
     """Reconcile one shard from its checkpoint to its end (see the module docstring), planning the orphans found on
     `confirmations` real runs in a row (`sightings`); a collection's shard needs the collection, bound
     (`collection`). A bucket that is missing or refuses the listing fails it at once, named
-    with what points at it (the collection, or `bucket_origin` for the run's `bucket`)."""
+    with what points at it (the collection, or `bucket_origin` for the run's `bucket`). Each page's keys are looked
+    up on `read` (a read replica; by default `conn`), and those it accounts for no row of again on `conn`."""
     source: KeySource | BoundCollection | None
     if shard.collection is not None:
         if collection is None or collection.name != shard.collection:
@@ -211,7 +214,7 @@ def reconcile_shard(
     for contents, last_page in pages_naming_bucket(s3, bucket, shard, start_after, page_size, bucket_origin):
         # deleted objects waiting, a run's scratch files: never judged
         listed = [c for c in contents if not (in_quarantine(c["Key"]) or is_scratch(c["Key"]))]
-        page = check_page(conn, source, shard, listed, cutoff, start_after, last_page)
+        page = check_page(conn if read is None else read, source, shard, listed, cutoff, start_after, last_page, conn)
         with conn.transaction():
             confirm_orphans(conn, passes, bucket, page)  # those found on too few real runs in a row wait
             if page.orphans and source is not None:
