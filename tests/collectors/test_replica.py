@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from blobgc.collectors.mark import mark_in_columns
+from blobgc.collectors.mark import mark_collection, mark_in_columns
 from blobgc.collectors.reconcile.listing import reconcile_shard
 from blobgc.collectors.reconcile.shards import discover_shards
 from blobgc.collectors.sweep import plan_collection
@@ -16,9 +16,11 @@ from blobgc.core.references import discover_references
 from blobgc.core.replica import PRIMARY, REPLICA, Reads, measure, reading, replica_reads
 from blobgc.kinds.blobs import bound_app_blob
 from blobgc.kinds.blobs.layouts import blob_keys
+from tests.collectors.test_collections import shop_with_references
 from tests.collectors.test_sweep import attach, skipped_ids
 from tests.collectors.test_sweep import new_run as new_sweep_run
 from tests.helpers import NOW, make_blobs, object_keys, set_unused_since
+from tests.support.collections import bound_shop, create_shop, new_schema
 from tests.support.reconcile import age, contents_rows, execute_plan, floor_cutoff, new_run, owed, put, sha
 from tests.support.replica import replica_connector, snapshot
 from tests.support.sweep import execute_sweep, pass_gate
@@ -101,3 +103,31 @@ def test_reads_say_where_they_read_and_a_replica_connection_is_read_only(conn, r
             raise AssertionError("a replica connection wrote")
         except Exception as error:  # noqa: BLE001 - psycopg's ReadOnlySqlTransaction
             assert "read-only" in str(error)
+
+
+def test_a_collection_marked_in_its_mark_table_from_a_replica_marks_only_what_the_primary_does_not_reference(
+        conn, test_dsn, replica, replica_dsn, s3, bucket):
+    """The shop of tests/collectors/test_collections.py (bigint ids, a key to a unique uuid column, NULLs, a reference
+    only an extra query follows): uploads 1-4 and 9 referenced, 5-8 not, when the replica took its snapshot."""
+    schema = new_schema()
+    shop_with_references(conn, s3, bucket, schema)
+    create_shop(replica, schema)
+    snapshot(conn, replica, schemas=(schema,))
+    with conn.transaction():  # since: not replayed
+        conn.execute(f"INSERT INTO {schema}.product VALUES (4, 5)")  # 5 referenced on the primary only
+        conn.execute(f"DELETE FROM {schema}.product WHERE id = 1")  # 1's reference gone on the primary only
+    bound = bound_shop(conn, schema, bucket, name=schema)
+    refs = discover_references(conn, f"{schema}.upload", extra_sql=bound.collection.references, id_column="id")
+    dry = mark_collection(conn, bound, refs, dry_run=True, read=replica_connector(replica_dsn))
+    assert dry.became_unused == 3  # before the first real mark: counted, nothing written
+    result = mark_collection(conn, bound, refs, range_size=3, workers=2, connect=lambda: pg_connect(test_dsn),
+                             read=replica_connector(replica_dsn))
+    assert {r[0] for r in conn.execute(f"SELECT id FROM blobgc.mark_{schema}")} == {6, 7, 8}
+    assert (result.became_unused, result.became_used) == (3, 0)
+
+
+def test_a_standby_says_how_far_behind_it_is_or_that_its_lag_is_unknown():
+    connect = lambda: None  # noqa: E731 - never called
+    assert "a standby 2.5 s behind the primary" in Reads(REPLICA, connect, True, 2.5).describe()
+    assert "a standby whose lag is unknown" in Reads(REPLICA, connect, True, None).describe()
+    assert "the primary" in Reads(PRIMARY, connect).describe()

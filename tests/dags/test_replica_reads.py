@@ -47,12 +47,16 @@ def test_a_sweep_without_a_replica_reads_the_primary_and_says_so(conn, s3, bucke
 
 def test_the_mark_reading_a_stale_replica_leaves_used_what_the_primary_references(conn, replica, replica_dsn, s3,
                                                                                  bucket):
-    free, referenced = make_blobs(conn, s3, bucket, 2, thumbnails=False)
+    free, referenced, replica_only = make_blobs(conn, s3, bucket, 3, thumbnails=False)
+    attach(conn, "p-old", replica_only)
     snapshot(conn, replica)
-    attach(conn, "p-new", referenced)
+    attach(conn, "p-new", referenced)  # not replayed yet
+    conn.execute("DELETE FROM app.blob_attachment WHERE post_id = 'p-old'")  # nor this
     result = run_dag("blobgc_mark", env_extra=env(bucket, **replica_connection_env(replica_dsn)))
     assert result.returncode == 0, result.output[-3000:]
     flags = dict(conn.execute("SELECT id, unused FROM app.blob").fetchall())
-    assert flags == {free: True, referenced: False}
+    # the replica was read (it still shows replica_only's reference: kept used one mark longer), and the primary
+    # re-checked what the replica saw unreferenced (referenced: never marked unused)
+    assert flags == {free: True, referenced: False, replica_only: False}
     reads, _ = reads_of(conn, "blobgc_mark", result.run_id)
     assert reads["mark_blobs"]["connection"] == "blobgc_postgres_replica"

@@ -53,16 +53,17 @@ def replica_connection_env(replica_dsn: str) -> dict[str, str]:
          "login": parts.get("user", "postgres"), "schema": parts["dbname"]})}
 
 
-def _tables(conn: psycopg.Connection) -> list[str]:
+def _tables(conn: psycopg.Connection, schemas: tuple[str, ...]) -> list[str]:
     return [r[0] for r in conn.execute(
         "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables "
         "WHERE schemaname = ANY(%s) OR (schemaname = 'blobgc' AND tablename LIKE 'mark\\_%%') ORDER BY 1",
-        (list(SCHEMAS),))]
+        (list(SCHEMAS + schemas),))]
 
 
-def snapshot(primary: psycopg.Connection, replica: psycopg.Connection) -> None:
-    """The replica catches up: every application table (and blobgc's mark tables) as the primary has it now."""
-    tables = _tables(primary)
+def snapshot(primary: psycopg.Connection, replica: psycopg.Connection, schemas: tuple[str, ...] = ()) -> None:
+    """The replica catches up: every application table (and blobgc's mark tables, and the tables of `schemas`, which
+    the test created on the replica too) as the primary has it now."""
+    tables = _tables(primary, schemas)
     with replica.transaction():
         replica.execute("SET LOCAL session_replication_role = replica")  # rows copied in any order: no FK checks
         for table in (t for t in tables if t.startswith("blobgc.mark_")):

@@ -53,48 +53,41 @@ def referenced_source(
     refs: ReferenceSet, read: Callable[[], psycopg.Connection] | None
 ) -> Iterator[tuple[sql.Composable, Bind]]:
     """Where a range's referenced ids come from, as the mark's statements' `{referenced}`, and the parameters one
-    range binds (on the primary, inside the range's transaction).
+    range binds (called before the range's transaction on the primary opens).
 
     Without `read`: a scan of every referencing table on the primary, in the mark's own statement. With `read` (the
-    read replica's connections, `blobgc.core.replica`): the referencing tables are scanned on the replica, and on the
-    primary only the range's ids the replica found unreferenced are looked up again, by id; the statement reads the
-    union. A reference the replica has not replayed yet is found by that lookup: the row stays used. One
-    replica connection per worker thread, closed at the end."""
+    read replica's connections, `blobgc.core.replica`): the referencing tables are scanned on the replica, and the
+    mark's statement on the primary reads those ids together with a look-up, by id, of the range's rows the replica
+    found unreferenced (`referenced_ids_query` scope "unseen"): one statement, one snapshot, so a reference the
+    replica has not replayed yet keeps its row used, even one committed while the range is marked. One replica
+    connection per worker thread, closed at the end."""
     if read is None:
         yield referenced_ids_query(refs, "range"), lambda _conn, lo, hi: {"lo": lo, "hi": hi}
         return
-    id_type = sql.SQL(refs.id_type)
     on_replica = sql.SQL(queries.load("replica/select_referenced_ids")).format(
         referenced=referenced_ids_query(refs, "range")
     )
-    unseen = sql.SQL(queries.load("replica/select_unseen_ids")).format(
-        id=sql.Identifier(refs.id_column), table=refs.table_identifier, type=id_type
-    )
-    by_id = sql.Composed([referenced_ids_query(refs, "ids")])
     local = threading.local()
     opened: list[psycopg.Connection] = []
     lock = threading.Lock()
 
-    def bind(primary: psycopg.Connection, lo: str | None, hi: str | None) -> dict[str, Any]:
+    def bind(_primary: psycopg.Connection, lo: str | None, hi: str | None) -> dict[str, Any]:
         if not hasattr(local, "conn"):
             local.conn = read()
-            local.conn.execute("SET default_transaction_read_only = on")
             with lock:
                 opened.append(local.conn)
+            local.conn.execute("SET default_transaction_read_only = on")
         seen = [row[0] for row in local.conn.execute(on_replica, {"lo": lo, "hi": hi})]
-        ids = [row[0] for row in primary.execute(unseen, {"lo": lo, "hi": hi, "seen": seen})]
-        found = [row[0] for row in primary.execute(by_id, {"ids": ids})] if ids else []
-        if found:
-            log.info(
-                "range [%s, %s): %d rows the replica saw unreferenced are referenced on the primary: kept used",
-                lo or "start",
-                hi or "end",
-                len(set(found)),
-            )
-        return {"lo": lo, "hi": hi, "referenced": seen + found}
+        return {"lo": lo, "hi": hi, "seen": seen}
 
+    referenced = sql.SQL(queries.load("replica/referenced_ids_rechecked")).format(
+        id=sql.Identifier(refs.id_column),
+        blobs=refs.table_identifier,
+        t=sql.SQL(refs.id_type),
+        rechecked=referenced_ids_query(refs, "unseen"),
+    )
     try:
-        yield sql.SQL("SELECT unnest(%(referenced)s::{t}[]) AS blob_id").format(t=id_type), bind
+        yield referenced, bind
     finally:
         for c in opened:
             c.close()
@@ -128,8 +121,9 @@ def mark_in_columns(
         ranges = key_ranges(conn, range_size, bound.id_column)
 
         def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int, int]:
+            params = bind(c, lo, hi)  # a replica's scan, before the primary's transaction opens
             with c.transaction():
-                unused, used, visibility = queries.one_row(c.execute(statement, bind(c, lo, hi)))
+                unused, used, visibility = queries.one_row(c.execute(statement, params))
             if unused or used or visibility:
                 log.info(
                     "range [%s, %s): %d became unused, %d became used, %d visibility changes%s",
@@ -220,8 +214,9 @@ def mark_collection(
         ranges = key_ranges(conn, range_size, bound.id_column)
 
         def mark_range(c: psycopg.Connection, lo: str | None, hi: str | None) -> tuple[int, int]:
+            params = bind(c, lo, hi)  # a replica's scan, before the primary's transaction opens
             with c.transaction():
-                unused, used = queries.one_row(c.execute(statement, bind(c, lo, hi)))
+                unused, used = queries.one_row(c.execute(statement, params))
             if unused or used:
                 log.info(
                     "%s range [%s, %s): %d became unused, %d became used%s",

@@ -418,16 +418,17 @@ def plan_collection(
     found = statements(bound, refs, dry_run=True)
     after: str | None = None
     while True:
+        # read before the primary's transaction opens: a replica's scan never holds a transaction open on the primary
+        batch = read.execute(
+            found.select_batch,
+            {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size, "plan_ids": None},
+        ).fetchall()
+        if not batch:
+            break
+        after = batch[-1][0]
+        rows = read.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
+        keys, sizes = owned_objects(rows)
         with conn.transaction():
-            batch = read.execute(
-                found.select_batch,
-                {"cutoff": cutoff, "after": after, "lo": lo, "hi": hi, "batch_size": batch_size, "plan_ids": None},
-            ).fetchall()
-            if not batch:
-                break
-            after = batch[-1][0]
-            rows = read.execute(found.preview, {"ids": [row[0] for row in batch]}).fetchall()
-            keys, sizes = owned_objects(rows)
             add_plan_item(
                 conn,
                 run,

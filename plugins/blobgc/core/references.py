@@ -186,12 +186,14 @@ def reference_match(ref: Reference, ref_alias: sql.Identifier, blob_alias: sql.I
     )
 
 
-def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> sql.Composable:
+def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids", "unseen"]) -> sql.Composable:
     """A SELECT of the ids of referenced blobs, limited to a key range or to a list of ids; it never yields NULL.
 
     scope "range" binds %(lo)s (inclusive) and %(hi)s (exclusive), either NULL for open; scope "ids"
-    binds %(ids)s, an array of ids. A key to the blob id itself is read from the referencing table
-    alone; a key to another unique column (or several columns) is joined to the blob table.
+    binds %(ids)s, an array of ids; scope "unseen" looks up by id the rows of CTE `unseen` (the rows of a range a
+    read replica found unreferenced: replica/referenced_ids_rechecked, `blobgc.collectors.mark`). A key to
+    the blob id itself is read from the referencing table alone; a key to another unique column (or several
+    columns) is joined to the blob table.
     """
     id_type = sql.SQL(refs.id_type)
 
@@ -201,6 +203,8 @@ def referenced_ids_query(refs: ReferenceSet, scope: Literal["range", "ids"]) -> 
                 "{c} IS NOT NULL AND (%(lo)s::{t} IS NULL OR {c} >= %(lo)s::{t}) "
                 "AND (%(hi)s::{t} IS NULL OR {c} < %(hi)s::{t})"
             ).format(c=column, t=id_type)
+        if scope == "unseen":
+            return sql.SQL(queries.load("replica/unseen_ids_condition")).format(c=column, t=id_type)
         return sql.SQL("{c} = ANY(%(ids)b::{t}[])").format(c=column, t=id_type)
 
     r, b = sql.Identifier("r"), sql.Identifier("b")

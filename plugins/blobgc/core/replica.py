@@ -51,6 +51,11 @@ class Reads:
             return f"connection {self.connection} (the primary; no {REPLICA} is set)"
         if not self.standby:
             return f"connection {self.connection} (not a standby: pg_is_in_recovery() is false, its lag is unknown)"
+        if self.lag_seconds is None:
+            return (
+                f"connection {self.connection} (a standby whose lag is unknown: not streaming from its primary, or "
+                "nothing replayed since it started; what it has not replayed is found on the primary)"
+            )
         return f"connection {self.connection} (a standby {self.lag_seconds:.1f} s behind the primary)"
 
     def as_json(self) -> dict[str, object]:
