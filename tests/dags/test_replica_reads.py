@@ -4,6 +4,8 @@ which connection each step read and the replica's lag."""
 from __future__ import annotations
 
 from blobgc.kinds.blobs.layouts import blob_keys
+from blobgc.reclaim.receipt_page import render_receipt
+from blobgc.reclaim.receipts import collect_receipt
 from tests.collectors.test_sweep import attach
 from tests.helpers import make_blobs, object_keys, run_dag, set_unused_since
 from tests.support.gate import env
@@ -33,6 +35,11 @@ def test_a_sweep_reading_a_stale_replica_keeps_the_blob_the_primary_references(c
     assert reads == {"plan_deletions": {"connection": "blobgc_postgres_replica", "standby": False,
                                         "lag_seconds": None}}
     assert lag is None  # not a standby: no lag to measure
+    receipt = collect_receipt(conn, "blobgc_sweep", result.run_id)
+    assert receipt["run"]["reads"] == reads  # the run's JSON
+    page = render_receipt(receipt, root="/blobgc", may_undo=False, paused=None)
+    assert ('blobgc_postgres_replica (plan_deletions) <span class="hint">(the replica&#x27;s lag is unknown: not a '
+            "standby; every deletion re-checked on blobgc_postgres)</span>") in page
 
 
 def test_a_sweep_without_a_replica_reads_the_primary_and_says_so(conn, s3, bucket):

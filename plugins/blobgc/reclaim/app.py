@@ -6,10 +6,11 @@ token) and be allowed to view the Airflow website. A browser without one is sent
 page and back; a BI tool without one gets 401.
 
 A run is shown only to a user whom Airflow's auth manager lets read that DAG's runs (`blobgc.reclaim.run_access`:
-GET on DagAccessEntity.RUN, as Airflow's own DAG-run endpoint asks). A receipt, manifest or undo of a run of a DAG
-the user may not read answers 403, whether or not such a run exists, so the answer tells nothing about the DAG's
-runs; the reclaim page and its JSON leave out the runs, daily figures and owed deletions of such DAGs (and
-reconcile's findings unless the user may read blobgc_reconcile's runs).
+GET on DagAccessEntity.RUN, as Airflow's own DAG-run endpoint asks). A receipt (its page, its JSON or its progress
+alone), manifest or undo of a run of a DAG the user may not read answers 403, whether or not such a run exists, so
+the answer tells nothing about the DAG's runs; the reclaim page and its JSON leave out the runs in progress, runs,
+daily figures and owed deletions of such DAGs (and reconcile's findings unless the user may read blobgc_reconcile's
+runs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from blobgc.dag_kit.connections import pg_connection
 from blobgc.reclaim import undo
 from blobgc.reclaim.manifest import FORMATS, manifest_chunks, manifest_filename
 from blobgc.reclaim.page import render_page
+from blobgc.reclaim.progress import run_progress
 from blobgc.reclaim.receipt_page import render_forbidden, render_not_found, render_receipt
 from blobgc.reclaim.receipts import collect_receipt, find_run, record_undo_request, undo_refusal
 from blobgc.reclaim.report import collect_report, run_dag_ids
@@ -162,6 +164,30 @@ def create_app() -> FastAPI:
             media_type=FORMATS[fmt],
             headers={**NO_STORE, "Content-Disposition": f'attachment; filename="{filename}"'},
         )
+
+    # After the manifest's route, and the progress before the whole run: a run id may hold slashes ({run_id:path}).
+    @app.get(
+        "/api/runs/{dag_id}/{run_id:path}/progress",
+        summary="A run's progress: parts done and left, deleted so far, the current rate and the estimated end",
+    )
+    def run_progress_json(user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
+        if not may_read_runs(user, dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
+        with pg_connection() as conn:
+            progress = run_progress(conn, dag_id, run_id)
+        if progress is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+        return JSONResponse(progress, headers=NO_STORE)
+
+    @app.get("/api/runs/{dag_id}/{run_id:path}", summary="A run's receipt as JSON, its progress included")
+    def receipt_json(user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
+        if not may_read_runs(user, dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
+        with pg_connection() as conn:
+            receipt = collect_receipt(conn, dag_id, run_id)
+        if receipt is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+        return JSONResponse(receipt, headers=NO_STORE)
 
     @app.post("/api/runs/{dag_id}/{run_id:path}/undo", summary="Undo a run: trigger blobgc_restore for it, as you")
     def undo_run(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:

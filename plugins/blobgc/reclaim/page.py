@@ -186,6 +186,59 @@ def recent_runs_table(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _count(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
+
+
+def _data(n: Any) -> str:
+    return "" if n is None else html.escape(str(n))
+
+
+def in_progress_table(report: dict[str, Any]) -> str:
+    """The runs not finished yet, newest first, each with its progress and a link to its receipt (which refreshes
+    itself while the run goes on)."""
+    runs = report.get("in_progress", [])
+    if not runs:
+        return (
+            '<h2>Runs in progress</h2><p id="in-progress-none" class="hint">None: every run blobgc recorded has '
+            "finished.</p>"
+        )
+    out = [
+        '<h2>Runs in progress</h2><table id="in-progress"><tr><th>DAG</th><th>run</th><th>kind</th>'
+        "<th>started (UTC)</th><th>doing</th><th>parts done / all</th><th>rows deleted</th><th>objects deleted</th>"
+        "<th>objects left</th><th>objects / s</th><th>estimated end (UTC)</th><th>last activity (UTC)</th>"
+        "<th>receipt</th></tr>"
+    ]
+    for r in runs:
+        p = r["progress"]
+        parts, rows, objects, rate = p["parts"], p["rows"], p["objects"], p["rate"]
+        href = f"runs/{quote(r['dag_id'], safe='')}/{quote(r['run_id'], safe='')}"
+        per_s = f"{rate['objects_per_second']:,.1f}" if rate else "—"
+        out.append(
+            f'<tr data-dag="{html.escape(r["dag_id"])}" data-run-id="{html.escape(r["run_id"])}" '
+            f'data-phase="{html.escape(p["phase"])}" data-parts="{parts["total"]}" data-parts-done="{_data(parts["done"])}" '
+            f'data-objects="{_data(objects["deleted"])}" data-objects-left="{_data(objects["left"])}" '
+            f'data-eta="{_data(p["eta"])}">'
+            + _cells(r["dag_id"])
+            + f'<td class="run-id">{html.escape(r["run_id"])}</td>'
+            + _cells("dry run" if r["dry_run"] else "real", r["started_at"][:16].replace("T", " "))
+            + f'<td title="{html.escape(p["phase_text"])}">{html.escape(p["phase"])}</td>'
+            f'<td class="num">{_count(parts["done"])} / {parts["total"]:,}</td>'
+            f'<td class="num">{_count(rows["deleted"])}</td><td class="num">{_count(objects["deleted"])}</td>'
+            f'<td class="num">{_count(objects["left"])}</td>'
+            f'<td class="num">{per_s}</td>'
+            + _cells((p["eta"] or "—")[:19].replace("T", " "), p["last_activity_at"][:19].replace("T", " "))
+            + f'<td><a class="receipt" href="{html.escape(href)}">receipt</a></td></tr>'
+        )
+    out.append(
+        "</table><p class='hint'>Runs blobgc recorded that have not finished, newest first: what each is doing, the "
+        "parts of its plan done, what it deleted so far and what is left, the objects its drain dealt with per second "
+        "over the last minute, and the end that rate gives. Each receipt shows the same and refreshes itself. A run "
+        "whose last activity is long past has most likely stopped before its report task (see its Airflow run).</p>"
+    )
+    return "".join(out)
+
+
 def stored_still(report: dict[str, Any]) -> str:
     """What deleted bytes are still stored: versioned buckets (flagged when no rule frees them), and quarantine."""
     parts = ["<h2>Deleted, but still stored</h2>"]
@@ -240,8 +293,8 @@ def stored_still(report: dict[str, Any]) -> str:
 
 
 def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> str:
-    """The whole page: the charts (bytes or dollars, and objects) with a legend, the daily table, last runs, recent
-    runs with their receipts, owed deletions, reconcile findings."""
+    """The whole page: the runs in progress, the charts (bytes or dollars, and objects) with a legend, the daily table,
+    last runs, recent runs with their receipts, owed deletions, reconcile findings."""
     colours = dag_colours(report)
     legend = "".join(f'<span><i style="background:{c}"></i>{html.escape(d)}</span>' for d, c in colours.items())
     parts = [
@@ -251,6 +304,7 @@ def render_page(report: dict[str, Any], *, json_href: str = "api/reclaim") -> st
         "<h1>blobgc storage reclaim</h1>",
         f'<p class="hint">Real runs, {report["since"]} to {report["until"]} (UTC). Dry runs are in the table '
         f'and under Last runs, never in the charts. The same data as JSON: <a href="{json_href}">{json_href}</a>.</p>',
+        in_progress_table(report),
         f'<div class="legend">{legend}</div>',
         collection_filter(report),
     ]

@@ -1,5 +1,7 @@
 """A run's receipt page, drawn on the server in the reclaim page's look: presentation of
-`blobgc.reclaim.receipts.collect_receipt` only. The one script is the "Undo this run" button's fetch."""
+`blobgc.reclaim.receipts.collect_receipt` only. The one script is the "Undo this run" button's fetch, inline. While
+the run is unfinished, the page opens with its progress and refreshes itself with a `<meta http-equiv="refresh">`
+(no script); once the run has finished, it has neither."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ RECEIPT_CSS = """
 .status-planned{color:#0072B2} button#undo-button{font-size:14px;padding:6px 14px;background:#b30000;color:#fff;
 border:0;border-radius:4px;cursor:pointer} button#undo-button[disabled]{background:#999}
 .note{background:#fff8e1;border:1px solid #f0d98c;padding:6px 10px;font-size:13px;display:inline-block}
+#progress-bar{width:420px;height:14px;vertical-align:middle}
 """
 
 
@@ -29,6 +32,11 @@ def when(ts: str | None) -> str:
 
 def receipt_path(root: str, dag_id: str, run_id: str) -> str:
     return f"{root}/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
+
+
+def receipt_json_path(root: str, dag_id: str, run_id: str) -> str:
+    """The receipt as JSON (its `progress` included), for a dashboard."""
+    return f"{root}/api/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}"
 
 
 def manifest_path(root: str, dag_id: str, run_id: str, fmt: str) -> str:
@@ -61,6 +69,7 @@ def _run_table(r: dict[str, Any], root: str) -> str:
         _row("started", e(when(run["started_at"])), "started_at"),
         _row("finished", e(when(run["finished_at"]) if run["finished_at"] else "not finished"), "finished_at"),
         _row("plan", plan, "plan_run_id", r["plan_run_id"]),
+        _row("read candidates from", _reads(run), "reads"),
         _row(
             "rows " + ("it would delete" if run["dry_run"] else "deleted"),
             f"{run['rows_deleted']:,}",
@@ -96,6 +105,124 @@ def _run_table(r: dict[str, Any], root: str) -> str:
         ),
     ]
     return '<table id="run" class="figures">' + "".join(rows) + "</table>"
+
+
+def _reads(run: dict[str, Any]) -> str:
+    """Which connection each step read its candidates from (`blobgc.core.replica`), and the replica's lag."""
+    reads: dict[str, dict[str, Any]] = run.get("reads") or {}
+    if not reads:
+        return '<span class="hint">no step of this run scanned for candidates</span>'
+    by_connection: dict[str, list[str]] = {}
+    for task_id, read in sorted(reads.items()):
+        by_connection.setdefault(read.get("connection") or "?", []).append(task_id)
+    text = "; ".join(f"{e(conn)} ({e(', '.join(tasks))})" for conn, tasks in sorted(by_connection.items()))
+    if set(by_connection) == {"blobgc_postgres"}:
+        return text + ' <span class="hint">(the primary)</span>'
+    lag = run.get("replica_lag_seconds")
+    if lag is not None:
+        state = f"the replica was {lag:.1f} s behind when the run first read it"
+    elif any(read.get("standby") for read in reads.values()):
+        state = "the replica's lag is unknown: not streaming, or nothing replayed yet"
+    else:
+        state = "the replica's lag is unknown: not a standby"
+    return f'{text} <span class="hint">({e(state)}; every deletion re-checked on blobgc_postgres)</span>'
+
+
+def duration(seconds: float) -> str:
+    """A length of time as a reader wants it: "45 s", "3 min 20 s", "2 h 5 min"."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _of_planned(done: int | None, left: int | None, planned: int, unit: str) -> str:
+    if done is None or left is None:
+        return f"{planned:,} {unit} planned so far"
+    return f"<b>{done:,}</b> {unit} deleted so far, {left:,} left (planned: {planned:,})"
+
+
+def refresh_meta(r: dict[str, Any]) -> str:
+    """The page's self-refresh while the run is unfinished (`progress.refresh_seconds`); nothing once it has finished."""
+    p = r.get("progress")
+    if not p or p["finished"] or not p["refresh_seconds"]:
+        return ""
+    return f'<meta http-equiv="refresh" content="{int(p["refresh_seconds"])}">'
+
+
+def _progress(r: dict[str, Any]) -> str:
+    """An unfinished run's progress (`blobgc.reclaim.progress`): what it is doing, parts done and left, rows and objects
+    deleted so far and left, the current rate and the estimated end; nothing once the run has finished."""
+    p = r.get("progress")
+    if not p or p["finished"]:
+        return ""
+    parts, rows, objects, rate = p["parts"], p["rows"], p["objects"], p["rate"]
+    if parts["done"] is None:
+        parts_text = f"{parts['total']:,} planned so far (a dry run only plans)"
+    else:
+        parts_text = f"<b>{parts['done']:,}</b> of {parts['total']:,} done, {parts['left']:,} left"
+    parked = f" ({objects['parked']:,} of them parked: they wait for an operator)" if objects["parked"] else ""
+    rate_text = (
+        f"<b>{rate['objects_per_second']:,.1f}</b> objects/s dealt with ({rate['objects_deleted_per_second']:,.1f} "
+        f"deleted/s), {rate['rows_per_second']:,.1f} rows/s, over the last {rate['window_seconds']:g} s"
+        if rate
+        else "—"
+    )
+    if p["eta"]:
+        eta = f"<b>{e(when(p['eta']))}</b> (in {e(duration(p['eta_seconds']))})"
+        if p.get("eta_of") == "rows":
+            eta += ' <span class="hint">(the end of the execution; the owed objects are deleted after it)</span>'
+    elif p["dry_run"]:
+        eta = "— (a dry run only plans)"
+    else:
+        eta = "— (nothing is being deleted now, or nothing is left)"
+    rows_html = [
+        _row("doing", e(p["phase_text"]), "phase", p["phase"]),
+        _row("parts of the plan", parts_text, "parts_done", parts["done"]),
+        _row(
+            "rows", _of_planned(rows["deleted"], rows["left"], rows["planned"], "rows"), "rows_deleted", rows["deleted"]
+        ),
+        _row(
+            "objects",
+            _of_planned(objects["deleted"], objects["left"], objects["planned"], "objects") + e(parked),
+            "objects_deleted",
+            objects["deleted"],
+        ),
+        _row(
+            "objects left",
+            f"{objects['left']:,}" if objects["left"] is not None else "—",
+            "objects_left",
+            objects["left"],
+        ),
+        _row("current rate", rate_text, "objects_per_second", rate["objects_per_second"] if rate else None),
+        _row("estimated end", eta, "eta", p["eta"]),
+        _row(
+            "last activity",
+            f"{e(when(p['last_activity_at']))} ({e(duration(p['idle_seconds']))} ago)",
+            "last_activity_at",
+            p["last_activity_at"],
+        ),
+    ]
+    bar = ""
+    if objects["planned"] and objects["left"] is not None:
+        dealt = max(objects["planned"] - objects["left"], 0)
+        bar = (
+            f'<p><progress id="progress-bar" value="{dealt}" max="{objects["planned"]}"></progress> '
+            f'<span class="hint">{dealt:,} of {objects["planned"]:,} planned objects dealt with</span></p>'
+        )
+    return (
+        f'<h2>Progress</h2><table id="progress" class="figures" data-phase="{e(p["phase"])}" data-finished="false">'
+        + "".join(rows_html)
+        + "</table>"
+        + bar
+        + f'<p id="progress-refresh" class="hint">As of {e(when(p["as_of"]))}. This run has not finished: the page '
+        f"refreshes itself every {p['refresh_seconds']} s (longer when the receipt is slow to build). Objects left: "
+        "the keys of plan items not dealt with yet and the keys the run still owes; the rate counts the keys the "
+        "drain dealt with (deleted, or found absent or kept); the estimated end is the objects left over that rate. "
+        "A run idle for long has most likely stopped before its report task (see its Airflow run).</p>"
+    )
 
 
 def _objects_source(r: dict[str, Any]) -> str:
@@ -505,11 +632,13 @@ def render_receipt(
     kind = "dry" if run["dry_run"] else "real"
     return "".join(
         [
-            f"<!doctype html><html><head><meta charset='utf-8'><title>blobgc receipt {e(title)}</title>",
+            f"<!doctype html><html><head><meta charset='utf-8'>{refresh_meta(r)}<title>blobgc receipt {e(title)}</title>",
             f"<style>{PAGE_CSS}{RECEIPT_CSS}</style></head>",
             f'<body data-dag-id="{e(run["dag_id"])}" data-run-id="{e(run["run_id"])}" data-kind="{kind}">',
-            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a></p>',
+            f'<p class="hint"><a href="{e(root)}/reclaim">← storage reclaim</a> · <a id="receipt-json" '
+            f'href="{e(receipt_json_path(root, run["dag_id"], run["run_id"]))}">this receipt as JSON</a></p>',
             f'<h1>Receipt: <span class="run-id">{e(title)}</span></h1>',
+            _progress(r),
             _run_table(r, root),
             "<h2>Where the deleted bytes are</h2>",
             _storage(r),

@@ -2,11 +2,13 @@
 
 Read-only, except `record_undo_request`. Every key of a run comes from one statement, receipts/select_run_keys
 (a real run's deletion log and what became of each key; a dry run's plan, or before plans its dry log): the
-receipt's figures wrap it, and the manifest streams it (`manifest_rows`, a server-side cursor).
+receipt's figures wrap it, and the manifest streams it (`manifest_rows`, a server-side cursor). Its `progress` (parts
+done and left, the rate, the ETA; `blobgc.reclaim.progress`) is read first, as of the moment the receipt is asked for.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import date, datetime
 from decimal import Decimal
@@ -20,6 +22,7 @@ from blobgc.core import queries
 from blobgc.core.lifecycle import version_flags
 from blobgc.core.plans import COUNTED_SIZE_SOURCE, execution_figures, plan_figures, plan_size
 from blobgc.core.sizes import S3_COPY_USD_PER_1000, S3_STANDARD_USD_PER_GB_MONTH, usd_per_month
+from blobgc.reclaim.progress import run_progress, with_refresh
 
 MANIFEST_COLUMNS = ("bucket", "key", "size_bytes", "status", "deleted_at", "version_id")
 RESTORE_DAG_ID = "blobgc_restore"
@@ -54,9 +57,14 @@ def find_run(conn: psycopg.Connection, dag_id: str, run_id: str) -> dict[str, An
 def collect_receipt(
     conn: psycopg.Connection, dag_id: str, run_id: str, *, sample: int = 20, prefixes: int = 20
 ) -> dict[str, Any] | None:
-    """Everything a run's receipt shows, as JSON-able data; None when blobgc has no such run."""
+    """Everything a run's receipt shows, as JSON-able data; None when blobgc has no such run.
+
+    `progress` is there for every run, finished ones too (`finished: true`, no rate, ETA nor refresh); an unfinished
+    run's `refresh_seconds` grows with what building this receipt took (`with_refresh`)."""
+    began = time.monotonic()
     run = find_run(conn, dag_id, run_id)
-    if run is None:
+    progress = run_progress(conn, dag_id, run_id)
+    if run is None or progress is None:
         return None
     ids = {"dag_id": dag_id, "run_id": run_id}
     plan_run_id = run["plan_run_id"] or run_id
@@ -81,6 +89,7 @@ def collect_receipt(
     deleted = next((s for s in statuses if s["status"] == "deleted"), None)
     return {
         "run": jsonable(run),
+        "progress": with_refresh(progress, time.monotonic() - began),
         "plan_run_id": plan_run_id,
         "plan_from_other_run": plan_run_id != run_id,
         "gate": jsonable(gate) if gate else None,

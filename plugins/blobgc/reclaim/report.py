@@ -2,10 +2,11 @@
 
 Reads `blobgc.reclaim_daily` (or, filtered by a collection, `blobgc.reclaim_daily_by_collection`), the last
 real and dry runs of each DAG, the owed deletions (parked ones too), the latest reconcile's findings, the most
-recent runs, the buckets' versioning and lifecycle as runs found them, what waits in quarantine, and the S3 Standard
-price (blobgc.storage_price), in one read-only pass. Given `dag_ids` (the DAGs
-whose runs the reader may read, `blobgc.reclaim.run_access`), every figure, run and owed deletion of another DAG
-is left out, and reconcile's findings unless blobgc_reconcile is among them.
+recent runs, the runs not finished yet with their progress (`blobgc.reclaim.progress`), the buckets' versioning and
+lifecycle as runs found them, what waits in quarantine, and the S3 Standard price (blobgc.storage_price), in one
+read-only pass. Given `dag_ids` (the DAGs whose runs the reader may read, `blobgc.reclaim.run_access`), every
+figure, run and owed deletion of another DAG is left out, and reconcile's findings unless blobgc_reconcile is among
+them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from psycopg.rows import dict_row
 from blobgc.core import queries
 from blobgc.core.lifecycle import version_flags
 from blobgc.core.objects import KEEPS_VERSIONS
+from blobgc.reclaim.progress import runs_in_progress
 from blobgc.reclaim.receipts import storage_price
 
 RECONCILE_DAG_ID = "blobgc_reconcile"  # the DAG whose runs record blobgc.reconcile_finding
@@ -41,9 +43,10 @@ def collect_report(
     recent: int = 30,
     dag_ids: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows, as JSON-able data: daily reclaim (of one collection, when given), last runs,
-    the most recent runs (each with a receipt), owed deletions, reconcile findings, the collections the daily
-    figures can be filtered by, and the storage price their dollars are reckoned at.
+    """Everything the page shows, as JSON-able data: the runs in progress (unfinished, each with its progress), daily
+    reclaim (of one collection, when given), last runs, the most recent runs (each with a receipt), owed deletions,
+    reconcile findings, the collections the daily figures can be filtered by, and the storage price their dollars
+    are reckoned at.
 
     :param dag_ids: only these DAGs' runs and figures (the ones the reader may read); None for every DAG
     """
@@ -80,12 +83,14 @@ def collect_report(
         ).fetchall()
         held = cur.execute(queries.load("report/select_quarantine_held"), {"dag_ids": scope}).fetchall()
         price = storage_price(conn)
+    in_progress = runs_in_progress(conn, scope)
     return {
         "since": since.isoformat(),
         "until": today.isoformat(),
         "days": days,
         "collection": collection,
         "collections": collections,
+        "in_progress": in_progress,
         "daily": [_jsonable(r) for r in daily],
         "last_runs": _pair_runs(runs),
         "recent_runs": [_jsonable(r) for r in recent_runs],
