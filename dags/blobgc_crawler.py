@@ -30,7 +30,7 @@ from demo_app.images import image_settings, storer
 @dag(
     dag_id="blobgc_crawler",
     schedule=CronTriggerTimetable("*/10 * * * *", timezone="UTC"),
-    **dag_defaults(),
+    **dag_defaults("blobgc_crawler"),
     params={
         "requests": Param(None, type=["null", "array"],
                           description='[{"offer_id": int, "urls": [str, ...]}]; empty: the pending app.crawl_request'),

@@ -221,7 +221,11 @@ def run_dag(dag_id: str, *, conf: dict[str, Any] | None = None, logical_date: da
     run_id = state = None
     task_states: dict[str, str | None] = {}
     error: Exception | None = None
-    with _environment(env_extra or {}), _everything_printed() as printed:
+    # a run writes its own DAG version whenever what it parsed differs (a deadline its environment declares, say),
+    # not only 30 s after the last write ([core] min_serialized_dag_update_interval): another worker's run of the
+    # same DAG a moment before would otherwise leave this run created from that run's version
+    with _environment({"AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0", **(env_extra or {})}), \
+            _everything_printed() as printed:
         try:
             bag = DagBag(dag_folder=str(ROOT / "dags" / f"{dag_id}.py"))
             if dag_id not in bag.dags:

@@ -1,23 +1,18 @@
 """Failure alerts (Variable `blobgc_notify`): a failed sweep mails a local SMTP server and posts to a local webhook."""
 from __future__ import annotations
 
-import email
-import email.policy
 import json
 import logging
-import socket
 import sys
 import threading
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from aiosmtpd.controller import Controller
 from airflow.sdk import BaseNotifier
 
 from blobgc.core.settings import ConfigurationError
@@ -31,6 +26,7 @@ from blobgc.dag_kit.notify import (
     parse_notify_setting,
 )
 from tests.helpers import run_dag
+from tests.support.mail import MailBox, SmtpServer, free_port, smtp_server_running
 
 SMTP_CONN = "blobgc_test_smtp"
 WEBHOOK_CONN = "blobgc_test_webhook"
@@ -38,49 +34,11 @@ FAILED_TASK = "plan_shards"  # the sweep's first task over the collections file
 SLACK_MODULE = "airflow.providers.slack.notifications.slack_webhook"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MailBox:
-    """An aiosmtpd handler that keeps every message it receives."""
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.EmailMessage] = []
-        self.recipients: list[list[str]] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
-        self.messages.append(email.message_from_bytes(envelope.original_content, policy=email.policy.default))
-        self.recipients.append(list(envelope.rcpt_tos))
-        return "250 Message accepted for delivery"
-
-
-@dataclass
-class SmtpServer:
-    port: int
-    mailbox: MailBox
-
-    @property
-    def connection(self) -> str:
-        """An SMTP connection to it (plain SMTP on localhost: no SSL, no STARTTLS), as AIRFLOW_CONN_* JSON."""
-        return json.dumps({"conn_type": "smtp", "host": "127.0.0.1", "port": self.port,
-                           "extra": {"disable_ssl": True, "disable_tls": True, "from_email": "blobgc@example.com",
-                                     "retry_limit": 0, "timeout": 10}})
-
-
 @pytest.fixture
 def smtp_server() -> Iterator[SmtpServer]:
     """A real SMTP server (aiosmtpd) on 127.0.0.1, on a free port, for this test only."""
-    mailbox = MailBox()
-    port = free_port()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield SmtpServer(port, mailbox)
-    finally:
-        controller.stop()
+    with smtp_server_running() as server:
+        yield server
 
 
 class WebhookRequests(BaseHTTPRequestHandler):

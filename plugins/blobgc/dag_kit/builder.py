@@ -59,7 +59,7 @@ def destructive_dag(
     run's receipt page is (`blobgc.reclaim.routes.receipt_path`): the gate links the plan it asks about there."""
     from airflow.sdk import dag
 
-    @dag(dag_id=dag_id, schedule=schedule, **dag_defaults(), params=params, tags=tags, doc_md=doc_md)
+    @dag(dag_id=dag_id, schedule=schedule, **dag_defaults(dag_id), params=params, tags=tags, doc_md=doc_md)
     def build() -> None:
         planned, results, types = planning(deletion)
         gate = deletion_gate(trigger_rule=NONE_FAILED, receipt_path=receipt_path)

@@ -24,7 +24,7 @@ import importlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from airflow.sdk import BaseNotifier
 
@@ -292,7 +292,23 @@ class FailureAlert:
         }
 
 
-def channel_notifier(channel: Channel, alert: FailureAlert) -> BaseNotifier:
+class Alert(Protocol):
+    """What a channel sends: a failed task's `FailureAlert`, or a late run's `deadlines.DeadlineMissedAlert`."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def html(self) -> str: ...
+
+    @property
+    def payload(self) -> dict[str, Any]: ...
+
+
+def channel_notifier(channel: Channel, alert: Alert) -> BaseNotifier:
     """The provider's notifier that sends `alert` through `channel`."""
     cls: Any = notifier_class(channel)
     if isinstance(channel, EmailAlert):

@@ -4,7 +4,8 @@ docs/reference.md §4: every DAG that deletes anything takes `dry_run` (false) a
 1000), and its own grace Param. Deployment knobs are read from the environment when DAG files are
 parsed (never from the metadata database): BLOBGC_TASK_RETRIES (default 3) and
 BLOBGC_RETRY_DELAY_SECONDS (default 30, doubled per retry). Every task's `on_failure_callback` is blobgc's
-failure notifier (`notify`), which reads Variable `blobgc_notify` only when a task fails.
+failure notifier (`notify`), which reads Variable `blobgc_notify` only when a task fails. A DAG that Variable
+`blobgc_deadlines` names declares its deadline (`deadlines`: read when the DAG file is parsed).
 """
 
 from __future__ import annotations
@@ -19,17 +20,24 @@ HTTP_POOL = "blobgc_http"  # the crawler's downloads
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def dag_defaults() -> dict[str, Any]:
+def dag_defaults(dag_id: str) -> dict[str, Any]:
     """What every blobgc DAG declares the same way: no catch-up, one run at a time, the default task
     arguments, and **paused upon creation**, whatever the deployment's `dags_are_paused_at_creation`:
-    a DAG that deletes must be switched on by a person, after a dry run."""
-    return {
+    a DAG that deletes must be switched on by a person, after a dry run. When Variable `blobgc_deadlines` names
+    `dag_id`, its deadline too (`deadlines.dag_deadline`; a malformed Variable declares none, and each DAG's first
+    task fails naming it)."""
+    from blobgc.dag_kit.deadlines import dag_deadline
+
+    defaults: dict[str, Any] = {
         "start_date": START_DATE,
         "catchup": False,
         "max_active_runs": 1,
         "default_args": default_args(),
         "is_paused_upon_creation": True,
     }
+    if (deadline := dag_deadline(dag_id)) is not None:
+        defaults["deadline"] = deadline
+    return defaults
 
 
 def default_args() -> dict[str, Any]:

@@ -39,6 +39,7 @@ from blobgc.core.settings import ConfigurationError
 from blobgc.core.timeouts import timed_out
 from blobgc.dag_kit.collections import quarantine_policy, stores_by_bucket
 from blobgc.dag_kit.connections import pg_connection, pg_connector, redis_client, replica_connector, s3_client
+from blobgc.dag_kit.deadlines import check_deadlines_variable
 from blobgc.dag_kit.notify import check_notify_variable
 from blobgc.dag_kit.params import S3_POOL
 from blobgc.dag_kit.pools import check_dag_pools
@@ -184,7 +185,8 @@ def gc_step(
             with failing_fast():
                 if first:  # a DAG's first task checks the deployment:
                     check_dag_pools(task)  # every pool its tasks use exists,
-                    check_notify_variable()  # and the failure alerts it would send are configured right
+                    check_notify_variable()  # and the failure alerts it would send are configured right,
+                    check_deadlines_variable()  # and so are the deadlines the DAGs declare
                 for check in checks:
                     check()
             task_id = getattr(task, "task_id", "")

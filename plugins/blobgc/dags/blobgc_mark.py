@@ -37,7 +37,7 @@ from blobgc.kinds.blobs.pages import PageUsagesRemoved
 @sdk.dag(
     dag_id="blobgc_mark",
     schedule="@daily",
-    **dag_defaults(),
+    **dag_defaults("blobgc_mark"),
     params=destructive_params("page_grace_days", 30, "Page usages not confirmed for this many days are removed.",
                               collections=collections_param()),
     tags=["blobgc", "seed-000", "mark"],

@@ -30,7 +30,7 @@ from blobgc.dag_kit.collections import checked_collections, collections_param, o
 @sdk.dag(
     dag_id="blobgc_restore",
     schedule=None,
-    **dag_defaults(),
+    **dag_defaults("blobgc_restore"),
     params={
         "run_id": Param(type="string", minLength=1, description="The run id of the blobgc run to undo."),
         "source_dag_id": Param(None, type=["null", "string"],
