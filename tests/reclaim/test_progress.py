@@ -314,9 +314,12 @@ def test_reclaim_page_lists_runs_in_progress_at_the_top(conn, client):
         owe(conn, add_log(conn, "going", keys[4:]))
         add_run(conn, "over", finished=True, objects=3)
         add_run(conn, "secret_run", dag_id=DENIED_DAG)
+        add_run(conn, "stale")  # nothing done for two hours: most likely stopped before its report task
+        conn.execute("UPDATE blobgc.run SET started_at = now() - interval '2 hours' WHERE run_id = 'stale'")
 
     report = collect_report(conn, days=2)
-    assert [(r["dag_id"], r["run_id"]) for r in report["in_progress"]] == [(DENIED_DAG, "secret_run"), (DAG, "going")]
+    assert [(r["dag_id"], r["run_id"]) for r in report["in_progress"]] == [
+        (DENIED_DAG, "secret_run"), (DAG, "going"), (DAG, "stale")]
     going = next(r for r in report["in_progress"] if r["run_id"] == "going")["progress"]
     assert going["objects"] == {"planned": 10, "deleted": 4, "left": 6, "parked": 0} and going["eta"] is not None
     json.dumps(report)
@@ -328,13 +331,15 @@ def test_reclaim_page_lists_runs_in_progress_at_the_top(conn, client):
     assert 'data-phase="draining"' in row and 'data-parts-done="1"' in row and 'data-parts="1"' in row
     assert 'data-objects="4"' in row and 'data-objects-left="6"' in row
     assert 'href="runs/blobgc_sweep/going"' in table and 'data-run-id="over"' not in table
+    stale = table.split('data-run-id="stale"', 1)[1].split("</tr>", 1)[0]
+    assert "stopped? see its Airflow run" in stale and "stopped?" not in row
 
     app, headers = client  # a reader sees only the runs in progress of the DAGs it may read
     shown = app.get("/reclaim?days=2", headers=headers[READER]).text
     assert 'data-run-id="going"' in shown.split('<table id="in-progress">', 1)[1].split("</table>", 1)[0]
     assert "secret_run" not in shown
     assert [r["run_id"] for r in app.get("/api/reclaim?days=2", headers=headers[READER]).json()["in_progress"]] == [
-        "going"]
+        "going", "stale"]
 
     with conn.transaction():
         conn.execute("UPDATE blobgc.run SET finished_at = now()")

@@ -194,6 +194,16 @@ def _data(n: Any) -> str:
     return "" if n is None else html.escape(str(n))
 
 
+STALLED_AFTER_S = 3600  # a run with nothing done for an hour is flagged: most likely stopped before its report
+
+
+def _stalled(progress: dict[str, Any]) -> str:
+    idle = progress.get("idle_seconds") or 0
+    if idle < STALLED_AFTER_S:
+        return ""
+    return f' <span class="stalled hint">(nothing for {idle / 3600:,.1f} h: stopped? see its Airflow run)</span>'
+
+
 def in_progress_table(report: dict[str, Any]) -> str:
     """The runs not finished yet, newest first, each with its progress and a link to its receipt (which refreshes
     itself while the run goes on)."""
@@ -222,7 +232,7 @@ def in_progress_table(report: dict[str, Any]) -> str:
             + _cells(r["dag_id"])
             + f'<td class="run-id">{html.escape(r["run_id"])}</td>'
             + _cells("dry run" if r["dry_run"] else "real", r["started_at"][:16].replace("T", " "))
-            + f'<td title="{html.escape(p["phase_text"])}">{html.escape(p["phase"])}</td>'
+            + f'<td title="{html.escape(p["phase_text"])}">{html.escape(p["phase"])}{_stalled(p)}</td>'
             f'<td class="num">{_count(parts["done"])} / {parts["total"]:,}</td>'
             f'<td class="num">{_count(rows["deleted"])}</td><td class="num">{_count(objects["deleted"])}</td>'
             f'<td class="num">{_count(objects["left"])}</td>'
