@@ -33,7 +33,13 @@ from blobgc.dag_kit.deadlines import (
 from blobgc.dag_kit.params import dag_defaults
 from tests.helpers import ROOT, dag_lock, make_blobs, run_dag, set_unused_since
 from tests.support.gate import SMALL_GATE, env
-from tests.support.mail import SmtpServer, smtp_server_running, stack_connection, stack_variable
+from tests.support.mail import (
+    NOTIFY_VARIABLE_LOCK,
+    SmtpServer,
+    smtp_server_running,
+    stack_connection,
+    stack_variable,
+)
 
 SWEEP = "blobgc_sweep"
 SMTP_CONN = "blobgc_test_deadline_smtp"
@@ -290,13 +296,12 @@ def triggerers_alive() -> list[Any]:
 @pytest.fixture
 def stack_mails_to(smtp_server) -> Iterator[SmtpServer]:
     """Variable blobgc_notify mailing `smtp_server`, and its SMTP connection, set on the stack for the test (the
-    triggerer reads them there), with blobgc_sweep's lock held alone: no other test's sweep reads that Variable
-    (tests/dag_kit/test_notify.py's expect none), nor writes a version of the DAG without the deadline between this
-    run's writing its own and its creation. Any other run that alerts this server meanwhile is not counted: the
-    tests count only the mails that name their own run."""
+    triggerer reads them there), with the failure-alert tests, which expect it unset, held off meanwhile
+    (NOTIFY_VARIABLE_LOCK). Any other run that alerts this server meanwhile is not counted: the tests count only the
+    mails that name their own run."""
     assert triggerers_alive(), "the stack's triggerer is not running (no live TriggererJob): run `make up`"
     setting = json.dumps({"email": {"to": ["oncall@example.com"], "smtp_conn_id": SMTP_CONN}})
-    with dag_lock(SWEEP), stack_connection(smtp_server.rest_connection(SMTP_CONN)), \
+    with dag_lock(NOTIFY_VARIABLE_LOCK), stack_connection(smtp_server.rest_connection(SMTP_CONN)), \
             stack_variable("blobgc_notify", setting):
         yield smtp_server
 
@@ -354,8 +359,9 @@ def test_a_deadline_passed_sends_one_mail(conn, s3, bucket, stack_mails_to):
                          "bytes_reclaimed, rows_deleted) VALUES (%s, %s, false, now() - %s * interval '1 day', "
                          "now() - %s * interval '1 day', %s, %s, %s)",
                          (SWEEP, f"scheduled__history_{i}", i + 1, i + 1, n, n * 100, n // 2))
-    run = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=env(
-        bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.1})))
+    with dag_lock(SWEEP):  # no other worker writes a version of the DAG without the deadline as this run starts
+        run = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=env(
+            bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.1})))
     assert run.returncode == 0, run.output[-3000:]
     assert run.task_states["gate"] == "success" and run.task_states["delete_unused_blobs"] == "skipped"
 
@@ -389,7 +395,8 @@ def test_a_deadline_passed_sends_one_mail(conn, s3, bucket, stack_mails_to):
 def test_a_run_that_finishes_before_its_deadline_sends_no_mail(conn, bucket, stack_mails_to):
     """Nothing to sweep: the run succeeds within seconds, long before its deadline (30 s after the data interval's
     end), and Airflow drops the deadline; nothing is mailed, even after the deadline has passed."""
-    run = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.5})))
+    with dag_lock(SWEEP):  # no other worker writes a version of the DAG without the deadline as this run starts
+        run = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.5})))
     assert run.returncode == 0, run.output[-3000:]
     assert declared_deadlines(run.run_id) == [
         ("blobgc_deadlines: 0.5 min after the data interval's end", {"__classname__": "datetime.timedelta",

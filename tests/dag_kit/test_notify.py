@@ -25,8 +25,8 @@ from blobgc.dag_kit.notify import (
     check_notify_variable,
     parse_notify_setting,
 )
-from tests.helpers import run_dag
-from tests.support.mail import MailBox, SmtpServer, free_port, smtp_server_running
+from tests.helpers import dag_lock, run_dag
+from tests.support.mail import NOTIFY_VARIABLE_LOCK, MailBox, SmtpServer, free_port, smtp_server_running
 
 SMTP_CONN = "blobgc_test_smtp"
 WEBHOOK_CONN = "blobgc_test_webhook"
@@ -78,6 +78,13 @@ def bad_collections_file(tmp_path: Path) -> Path:
     path = tmp_path / "collections.yaml"
     path.write_text("collections:\n  app_blob:\n    table: app.blob\n    id: id\n    keys: []\n")
     return path
+
+
+@pytest.fixture(autouse=True)
+def notify_variable_unset_on_the_stack() -> Iterator[None]:
+    """No deadline test has Variable blobgc_notify set on the stack meanwhile (tests/support/mail.py)."""
+    with dag_lock(NOTIFY_VARIABLE_LOCK, shared=True):
+        yield
 
 
 def failing_sweep_env(tmp_path: Path, **extra: str) -> dict[str, str]:

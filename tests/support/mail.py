@@ -133,3 +133,9 @@ def stack_connection(connection: dict[str, Any]) -> Iterator[None]:
         yield
     finally:
         _delete(path)
+
+
+# Variable blobgc_notify on the stack: the deadline tests set it there (the triggerer reads it), and a run made in a
+# test's own process reads it too. The failure-alert tests, which expect it unset or set by their own environment,
+# take this lock shared; a test that sets it on the stack takes it alone (tests.helpers.dag_lock, any name).
+NOTIFY_VARIABLE_LOCK = "blobgc_notify.variable"
