@@ -40,6 +40,7 @@ from airflow.sdk.definitions.callback import AsyncCallback
 from airflow.sdk.definitions.deadline import BaseDeadlineReference, DeadlineAlert
 
 from blobgc.core.settings import ConfigurationError
+from blobgc.dag_kit.notify import alert_html
 
 log = logging.getLogger(__name__)
 
@@ -311,13 +312,11 @@ class DeadlineMissedAlert:
             ("Late by", human_duration(self.late)),
             ("State", self.state or "unknown"),
         ]
-        cells = "".join(f"<tr><th align='left'>{name}</th><td>{html.escape(value)}</td></tr>" for name, value in rows)
-        link = f'<a href="{html.escape(self.url, quote=True)}">{html.escape(self.url)}</a>'
-        return (
-            f"<p>blobgc: run <b>{html.escape(self.run_id)}</b> of DAG <b>{html.escape(self.dag_id)}</b> has not "
-            f"finished by its deadline.</p><table>{cells}<tr><th align='left'>Run</th><td>{link}</td></tr></table>"
-            f"<p>{html.escape(WHAT_NEXT)}</p>"
+        intro = (
+            f"blobgc: run <b>{html.escape(self.run_id)}</b> of DAG <b>{html.escape(self.dag_id)}</b> has not "
+            "finished by its deadline."
         )
+        return alert_html(intro, rows, ("Run", self.url, ""), WHAT_NEXT)
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -266,17 +266,8 @@ class FailureAlert:
             ("Host", self.hostname or ""),
             ("Exception", self.exception),
         ]
-        cells = "".join(f"<tr><th align='left'>{name}</th><td>{html.escape(value)}</td></tr>" for name, value in rows)
-        link = (
-            f'<a href="{html.escape(self.log_url, quote=True)}">{html.escape(self.log_url)}</a>'
-            if self.log_url
-            else "(no log link)"
-        )
-        return (
-            f"<p>blobgc: task <b>{html.escape(self.task)}</b> of DAG <b>{html.escape(self.dag_id)}</b> "
-            f"failed.</p><table>{cells}<tr><th align='left'>Log</th><td>{link}</td></tr></table>"
-            f"<p>{WHAT_NEXT}</p>"
-        )
+        intro = f"blobgc: task <b>{html.escape(self.task)}</b> of DAG <b>{html.escape(self.dag_id)}</b> failed."
+        return alert_html(intro, rows, ("Log", self.log_url, "(no log link)"), WHAT_NEXT)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -290,6 +281,19 @@ class FailureAlert:
             "exception": self.exception,
             "log_url": self.log_url,
         }
+
+
+def alert_html(intro: str, rows: list[tuple[str, str]], link: tuple[str, str | None, str], what_next: str) -> str:
+    """An alert mail's body, for every kind of alert: `intro` (HTML, its values escaped by the caller), a table of
+    `rows` (label, text: escaped here), a last row linking to `link`'s URL (label, URL, what to show without one),
+    and what to do next."""
+    label, url, missing = link
+    cells = "".join(f"<tr><th align='left'>{name}</th><td>{html.escape(value)}</td></tr>" for name, value in rows)
+    target = f'<a href="{html.escape(url, quote=True)}">{html.escape(url)}</a>' if url else missing
+    return (
+        f"<p>{intro}</p><table>{cells}<tr><th align='left'>{label}</th><td>{target}</td></tr></table>"
+        f"<p>{html.escape(what_next)}</p>"
+    )
 
 
 class Alert(Protocol):
