@@ -15,10 +15,11 @@ runs).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Annotated, Any
 
 import anyio
+import psycopg
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
@@ -103,6 +104,29 @@ def forbidden_detail(dag_id: str) -> str:
     return f"you may not read runs of DAG {dag_id!r}, so you may not see its receipts, manifests or undo its runs"
 
 
+def check_may_read_runs(user: Any, dag_id: str) -> None:
+    """403 for a DAG whose runs `user` may not read, asked before anything about the run is looked up."""
+    if not may_read_runs(user, dag_id):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
+
+
+def no_such_run(dag_id: str, run_id: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+
+
+def run_json(
+    user: Any, dag_id: str, run_id: str, collect: Callable[[psycopg.Connection, str, str], dict[str, Any] | None]
+) -> JSONResponse:
+    """What `collect` makes of one run, as JSON: 403 for a DAG whose runs `user` may not read (asked first, whether
+    or not the run exists), 404 for a run blobgc has not recorded."""
+    check_may_read_runs(user, dag_id)
+    with pg_connection() as conn:
+        found = collect(conn, dag_id, run_id)
+    if found is None:
+        raise no_such_run(dag_id, run_id)
+    return JSONResponse(found, headers=NO_STORE)
+
+
 def create_app() -> FastAPI:
     app = FastAPI(
         title="blobgc storage reclaim",
@@ -153,11 +177,10 @@ def create_app() -> FastAPI:
     def manifest(
         user: AirflowUser, dag_id: DagId, run_id: RunId, fmt: Annotated[str, Path(pattern="^(csv|json)$")]
     ) -> StreamingResponse:
-        if not may_read_runs(user, dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
+        check_may_read_runs(user, dag_id)
         with pg_connection() as conn:
             if find_run(conn, dag_id, run_id) is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+                raise no_such_run(dag_id, run_id)
         filename = manifest_filename(dag_id, run_id, fmt)
         return ClosingStreamingResponse(
             manifest_chunks(pg_connection, dag_id, run_id, fmt),
@@ -171,23 +194,11 @@ def create_app() -> FastAPI:
         summary="A run's progress: parts done and left, deleted so far, the current rate and the estimated end",
     )
     def run_progress_json(user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
-        if not may_read_runs(user, dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
-        with pg_connection() as conn:
-            progress = run_progress(conn, dag_id, run_id)
-        if progress is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
-        return JSONResponse(progress, headers=NO_STORE)
+        return run_json(user, dag_id, run_id, run_progress)
 
     @app.get("/api/runs/{dag_id}/{run_id:path}", summary="A run's receipt as JSON, its progress included")
     def receipt_json(user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
-        if not may_read_runs(user, dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
-        with pg_connection() as conn:
-            receipt = collect_receipt(conn, dag_id, run_id)
-        if receipt is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
-        return JSONResponse(receipt, headers=NO_STORE)
+        return run_json(user, dag_id, run_id, collect_receipt)
 
     @app.post("/api/runs/{dag_id}/{run_id:path}/undo", summary="Undo a run: trigger blobgc_restore for it, as you")
     def undo_run(request: Request, user: AirflowUser, dag_id: DagId, run_id: RunId) -> JSONResponse:
@@ -198,11 +209,10 @@ def create_app() -> FastAPI:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN, detail="you may not trigger blobgc_restore, so you may not undo a run"
             )
-        if not may_read_runs(user, dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=forbidden_detail(dag_id))
+        check_may_read_runs(user, dag_id)
         with pg_connection() as conn:
             if find_run(conn, dag_id, run_id) is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"blobgc has no run {run_id!r} of {dag_id!r}")
+                raise no_such_run(dag_id, run_id)
             refusal = undo_refusal(conn, dag_id, run_id)
             if refusal:
                 raise HTTPException(status.HTTP_409_CONFLICT, detail=refusal)
