@@ -28,6 +28,7 @@ from blobgc.core import queries
 from blobgc.core.collections import BoundCollection, ensure_mark_table
 from blobgc.core.key_space import KeyRange, key_ranges
 from blobgc.core.references import ReferenceSet, referenced_ids_query
+from blobgc.core.replica import read_only
 from blobgc.core.results import TaskResult
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def referenced_source(
             local.conn = read()
             with lock:
                 opened.append(local.conn)
-            local.conn.execute("SET default_transaction_read_only = on")
+            read_only(local.conn)
         seen = [row[0] for row in local.conn.execute(on_replica, {"lo": lo, "hi": hi})]
         return {"lo": lo, "hi": hi, "seen": seen}
 

@@ -79,16 +79,21 @@ def replica_reads(connect: Callable[[], psycopg.Connection]) -> Reads:
 @contextmanager
 def reading(reads: Reads, primary: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """The connection a step's candidate scans read on: `primary` itself, or a connection of their own to the replica,
-    read-only (a replica connection that points at a primary by mistake still writes nothing), closed afterwards."""
+    read-only (`read_only`), closed afterwards."""
     if not reads.replica:
         yield primary
         return
     conn = reads.connect()
     try:
-        conn.execute("SET default_transaction_read_only = on")
-        yield conn
+        yield read_only(conn)
     finally:
         conn.close()
+
+
+def read_only(conn: psycopg.Connection) -> psycopg.Connection:
+    """`conn`, its session read-only: a replica connection that points at a primary by mistake still writes nothing."""
+    conn.execute("SET default_transaction_read_only = on")
+    return conn
 
 
 def record(conn: psycopg.Connection, run: RunRef, task_id: str, reads: Reads) -> None:

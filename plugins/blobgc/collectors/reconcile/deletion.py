@@ -99,13 +99,16 @@ class Reconcile(Deletion):
     def plan(self, work: Work, shard: dict[str, Any], prepared: dict[str, Any] | None) -> TaskResult:
         part = Shard.from_xcom(shard)
         cutoff = work.cutoff(hours=work.params["min_age_hours"])
+        if part.inventory and part.parts:  # its formed keys were read into the part files (`inventory_parts`)
+            return self.reconcile_part(work, part, cutoff)
         with reading(work.reads, work.conn) as read:  # the replica when one is set: the primary re-checks
             return self.reconcile(work, part, cutoff, read)
 
     def reconcile(self, work: Work, part: Shard, cutoff: datetime, read: psycopg.Connection) -> TaskResult:
-        """Reconcile one shard, its candidate keys read on `read` and every finding re-checked on the primary."""
+        """Reconcile one shard from a listing, or one bucket from its inventory in one task, its candidate keys read
+        on `read` and every finding re-checked on the primary."""
         bucket, store = self.collections.bucket(), self.collections.store(work.s3)
-        if part.inventory and not part.parts:  # a shard planned before parts were mapped: the bucket in one task
+        if part.inventory:  # a shard planned before parts were mapped: the bucket in one task
             return from_inventory.reconcile_from_inventory(
                 work.conn,
                 store,
@@ -118,18 +121,6 @@ class Reconcile(Deletion):
                 confirmations=work.params["confirmations"],
                 read=read,
             )
-        if part.inventory:
-            return from_inventory.reconcile_inventory_part(
-                work.conn,
-                store,
-                work.s3,
-                work.run,
-                self.inventory_scope(work, part),
-                part,
-                cutoff=cutoff,
-                confirmations=work.params["confirmations"],
-                threads=work.params.get("inventory_part_threads") or None,
-            )
         return listing.reconcile_shard(
             work.conn,
             store,
@@ -141,6 +132,21 @@ class Reconcile(Deletion):
             collection=self.collections.one(work.conn, part.collection) if part.collection else None,
             bucket_origin=self.bucket_origin(),
             read=read,
+        )
+
+    def reconcile_part(self, work: Work, part: Shard, cutoff: datetime) -> TaskResult:
+        """One part of a bucket's inventory: the part files against each other (no database scan), the leftovers
+        checked on the primary."""
+        return from_inventory.reconcile_inventory_part(
+            work.conn,
+            self.collections.store(work.s3),
+            work.s3,
+            work.run,
+            self.inventory_scope(work, part),
+            part,
+            cutoff=cutoff,
+            confirmations=work.params["confirmations"],
+            threads=work.params.get("inventory_part_threads") or None,
         )
 
     def inventory_scope(self, work: Work, part: Shard, collections: list | None = None) -> from_inventory.Scope:
