@@ -6,7 +6,9 @@ loudly; nothing is skipped. Helpers that are not fixtures live in tests/helpers.
 """
 from __future__ import annotations
 
+import json
 import os
+import time
 import uuid
 
 import psycopg
@@ -113,6 +115,20 @@ def pytest_collection_modifyitems(items):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         order = list(SHARED)
         items.sort(key=lambda item: order.index(group) if (group := shared_group(item.nodeid)) else len(order))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With BLOBGC_TEST_TIMELINE=<file>, each test's worker, start and end (wall clock) are appended to the file as
+    a JSON line: which worker waited, and which tests make the suite's tail (keeping `make test` under 12 minutes)."""
+    path = os.environ.get("BLOBGC_TEST_TIMELINE")
+    started = time.time()
+    yield
+    if path:
+        line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "gw0"), "test": item.nodeid, "start": started,
+                "end": time.time()}
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 @pytest.fixture(scope="session")

@@ -371,10 +371,11 @@ def backdate_object(bucket: str, key: str, seconds: float) -> None:
         assert r.status == 200
 
 
-def bulk_put(bucket: str, rows: list[tuple[str, int]]) -> None:
-    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py)."""
+def bulk_put(bucket: str, rows: list[tuple[str, int]], *, age_seconds: int = 0) -> None:
+    """Objects of the given sizes, stored through the local S3 server's fixture loader (scripts/s3_server.py),
+    written `age_seconds` ago (as the backdate call would date them)."""
     body = "\n".join(f"{key}\t{size}" for key, size in rows).encode()
-    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}"
+    url = f"{os.environ['BLOBGC_S3_ENDPOINT']}/_blobgc/bulk-put?bucket={bucket}&age={age_seconds}"
     with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=120) as answer:
         assert int(answer.read()) == len(rows)
 

@@ -1,28 +1,36 @@
 """`make up EXECUTOR=celery`: the same stack on CeleryExecutor, with two local workers that share the work.
 
-The test switches the running stack to Celery (the scheduler restarts and two workers start; the
-databases, Redis, S3 and the api-server stay up), runs a dry-run `blobgc_reconcile` through the
-scheduler, and switches back to LocalExecutor whatever happens. The run reads the stack's own
-application database and `blobgc` bucket, where the test puts orphan objects of its own under
-12 shards and removes them afterwards; a dry run deletes nothing.
+The module switches the running stack to Celery once (the scheduler restarts and two workers start; the databases,
+Redis, S3 and the api-server stay up), runs its DAG runs through the scheduler, and switches back to LocalExecutor
+whatever happens. The workers get, through their environment, what these tests need: one task slot each (two tasks
+running at once are on both workers), Variable blobgc_rate_limits capping the stack's `blobgc` bucket, and a
+Variable blobgc_gate that asks a person about any run past a handful of objects. The runs read the stack's own
+application database and `blobgc` bucket, where each test puts rows and objects of its own (under prefixes of its
+own, and rows no run with a default grace would ever choose) and removes whatever is left of them afterwards.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 
+import psycopg
 import pytest
 
 from blobgc.core.clients import s3_client_from_env
-from tests.helpers import ROOT, airflow_api, dag_lock
+from blobgc.kinds.blobs.layouts import blob_keys
+from tests.helpers import ROOT, airflow_api, bulk_put, dag_lock
 
 
-DAG = "blobgc_reconcile"
+RECONCILE, SWEEP = "blobgc_reconcile", "blobgc_sweep"
 
 
 BUCKET = "blobgc"
@@ -31,58 +39,109 @@ BUCKET = "blobgc"
 SHARDS = "0123456789ab"
 
 
-def stack_up(executor: str) -> subprocess.CompletedProcess:
+RATE = 150  # deletes a second on bucket blobgc for the Celery workers' drains, all together
+
+
+CELERY_ENV = {
+    "BLOBGC_CELERY_CONCURRENCY": "1",  # a task slot each: two drains running at once run on both workers
+    "AIRFLOW_VAR_BLOBGC_RATE_LIMITS": json.dumps({BUCKET: RATE}),
+    # any run past 5 objects waits for a person, whatever the stack's history: the test lets both through at once
+    "AIRFLOW_VAR_BLOBGC_GATE": json.dumps({"ratio": 0.001, "min_objects": 5, "min_bytes": 10**12, "history": 1}),
+}
+
+
+def stack_up(executor: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), "up"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "BLOBGC_EXECUTOR": executor})
+                          text=True, timeout=600, env={**os.environ, "BLOBGC_EXECUTOR": executor, **extra})
 
 
-def trigger_dry_reconcile(tag: str, prefixes: list[str]) -> str:
-    """A dry-run reconcile over `prefixes`, pinned where possible to the tick the scheduler would run next,
-    so that unpausing the DAG adds no scheduled run of its own."""
-    body = {"dag_run_id": f"celery_test_{tag}", "conf": {"dry_run": True, "min_age_hours": 1, "prefixes": prefixes}}
-    now = datetime.now(timezone.utc)
-    upcoming = airflow_api(f"/api/v2/dags/{DAG}").get("next_dagrun_logical_date")
-    for logical_date in ([upcoming] if upcoming and upcoming < now.isoformat() else []) + [now.isoformat()]:
-        try:
-            return airflow_api(f"/api/v2/dags/{DAG}/dagRuns", method="POST",
-                               body={**body, "logical_date": logical_date})["dag_run_id"]
-        except urllib.error.HTTPError as error:
-            if error.code != 409:  # a run at that logical date exists already: take now instead
-                raise
-    raise AssertionError("could not trigger the reconcile run")
-
-
-@pytest.fixture(autouse=True)
-def reconcile_to_this_test():
-    """The DAG is unpaused for the scheduler here: no other test worker runs it meanwhile."""
-    with dag_lock(DAG):
-        yield
-
-
-def test_celery_executor_runs_reconcile_shards_on_both_workers(stack):
-    s3 = s3_client_from_env()
-    tag = uuid.uuid4().hex[:8]
-    keys = [f"blobs/{c}{tag}/raw" for c in SHARDS]
-    switched = stack_up("celery")
+@pytest.fixture(scope="module")
+def celery(stack) -> Iterator[None]:
+    switched = stack_up("celery", **CELERY_ENV)
     try:
         assert switched.returncode == 0, switched.stdout[-3000:] + switched.stderr[-3000:]
         assert "starting airflow celery worker-1" in switched.stdout
         assert "starting airflow celery worker-2" in switched.stdout
+        yield
+    finally:
+        back = stack_up("local")
+        assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+        assert "switching Airflow from celery to local" in back.stdout
+
+
+def trigger(dag_id: str, run_id: str, conf: dict) -> str:
+    """A run of `dag_id`, pinned where possible to the tick the scheduler would run next, so that unpausing the DAG
+    adds no scheduled run of its own."""
+    body = {"dag_run_id": run_id, "conf": conf}
+    now = datetime.now(timezone.utc)
+    upcoming = airflow_api(f"/api/v2/dags/{dag_id}").get("next_dagrun_logical_date")
+    for logical_date in ([upcoming] if upcoming and upcoming < now.isoformat() else []) + [now.isoformat()]:
+        try:
+            return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns", method="POST",
+                               body={**body, "logical_date": logical_date})["dag_run_id"]
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # a run at that logical date exists already: take now instead
+                raise
+    raise AssertionError(f"could not trigger a run of {dag_id}")
+
+
+@contextlib.contextmanager
+def alone(*dag_ids: str) -> Iterator[None]:
+    """The DAGs' locks: while a test has them unpaused for the scheduler, no other test worker runs them."""
+    with contextlib.ExitStack() as locks:
+        for dag_id in dag_ids:
+            locks.enter_context(dag_lock(dag_id))
+        yield
+
+
+@contextlib.contextmanager
+def unpaused(*dag_ids: str) -> Iterator[None]:
+    """The DAGs unpaused for the scheduler (their runs triggered first), paused again whatever happens. Asset
+    events queued for a DAG earlier would start a run of their own: dropped first."""
+    try:
+        for dag_id in dag_ids:
+            with contextlib.suppress(urllib.error.HTTPError):  # 404: none queued
+                airflow_api(f"/api/v2/dags/{dag_id}/assets/queuedEvents", method="DELETE")
+            airflow_api(f"/api/v2/dags/{dag_id}", method="PATCH", body={"is_paused": False})
+        yield
+    finally:
+        for dag_id in dag_ids:
+            airflow_api(f"/api/v2/dags/{dag_id}", method="PATCH", body={"is_paused": True})
+
+
+def run_state(dag_id: str, run_id: str) -> str:
+    return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+
+def wait_for_end(runs: dict[str, str], seconds: float) -> dict[str, str]:
+    deadline = time.monotonic() + seconds
+    while True:
+        states = {dag_id: run_state(dag_id, run_id) for dag_id, run_id in runs.items()}
+        if all(state in ("success", "failed") for state in states.values()):
+            return states
+        assert time.monotonic() < deadline, f"runs not finished: {states}"
+        time.sleep(2)
+
+
+def task_instances(dag_id: str, run_id: str) -> list[dict]:
+    return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=200")["task_instances"]
+
+
+def test_celery_executor_runs_reconcile_shards_on_both_workers(celery):
+    s3 = s3_client_from_env()
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"blobs/{c}{tag}/raw" for c in SHARDS]
+    try:
         for key in keys:
             s3.put_object(Bucket=BUCKET, Key=key, Body=b"orphan")
-        run_id = trigger_dry_reconcile(tag, [f"blobs/{c}{tag}" for c in SHARDS])
-        airflow_api(f"/api/v2/dags/{DAG}", method="PATCH", body={"is_paused": False})
-        try:
-            deadline = time.monotonic() + 420
-            while (state := airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{run_id}")["state"]) not in ("success", "failed"):
-                assert time.monotonic() < deadline, f"reconcile run still {state}"
-                time.sleep(3)
-        finally:
-            airflow_api(f"/api/v2/dags/{DAG}", method="PATCH", body={"is_paused": True})
+        conf = {"dry_run": True, "min_age_hours": 1, "prefixes": [f"blobs/{c}{tag}" for c in SHARDS]}
+        with alone(RECONCILE):
+            run_id = trigger(RECONCILE, f"celery_test_{tag}", conf)
+            with unpaused(RECONCILE):
+                state = wait_for_end({RECONCILE: run_id}, 420)[RECONCILE]
         assert state == "success"
 
-        tis = airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances?limit=200")["task_instances"]
-        shards = [ti for ti in tis if ti["task_id"] == "reconcile_shard"]
+        shards = [ti for ti in task_instances(RECONCILE, run_id) if ti["task_id"] == "reconcile_shard"]
         assert len(shards) == len(SHARDS), [ti["rendered_map_index"] for ti in shards]
         assert all(ti["state"] == "success" for ti in shards)
         by_worker: dict[str, int] = {}
@@ -92,6 +151,123 @@ def test_celery_executor_runs_reconcile_shards_on_both_workers(stack):
         assert {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="blobs/").get("Contents", [])} >= set(keys)
     finally:
         s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
-        back = stack_up("local")
-        assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
-        assert "switching Airflow from celery to local" in back.stdout
+
+
+def gates_waiting(runs: dict[str, str], seconds: float) -> None:
+    """Wait until the gate of each run asks a person (its Human-in-the-loop detail exists)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        asking = set()
+        for dag_id, run_id in runs.items():
+            with contextlib.suppress(urllib.error.HTTPError):  # 404: not asked yet
+                airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/gate/-1/hitlDetails")
+                asking.add(dag_id)
+        if asking == set(runs):
+            return
+        states = {dag_id: run_state(dag_id, run_id) for dag_id, run_id in runs.items()}
+        assert "failed" not in states.values() and time.monotonic() < deadline, (states, asking)
+        time.sleep(2)
+
+
+def approve(dag_id: str, run_id: str) -> None:
+    airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/gate/-1/hitlDetails", method="PATCH",
+                body={"chosen_options": ["Approve"]})
+
+
+def task_running(dag_id: str, run_id: str, task_id: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while (state := airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")["state"]) \
+            != "running":
+        assert state in (None, "scheduled", "queued") and time.monotonic() < deadline, f"{task_id} is {state}"
+        time.sleep(0.5)
+
+
+class Counting(threading.Thread):
+    """What is left under each prefix of the bucket, listed every `every` seconds until stopped: (time, counts)."""
+
+    def __init__(self, prefixes: list[str], every: float = 0.25):
+        super().__init__(daemon=True)
+        self.prefixes, self.every = prefixes, every
+        self.seen: list[tuple[float, tuple[int, ...]]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        s3 = s3_client_from_env()
+        pages = s3.get_paginator("list_objects_v2")
+        while not self.stopping.is_set():
+            counts = tuple(sum(page.get("KeyCount", 0) for page in pages.paginate(Bucket=BUCKET, Prefix=prefix))
+                           for prefix in self.prefixes)
+            self.seen.append((time.monotonic(), counts))
+            self.stopping.wait(self.every)
+
+
+def draining(seen: list[tuple[float, tuple[int, ...]]], which: int) -> tuple[float, float]:
+    """When prefix `which` was seen going down: from the last count before its first drop to its first count at
+    its lowest."""
+    counts = [c[which] for _, c in seen]
+    first = next(i for i, n in enumerate(counts) if n < counts[0])
+    last = counts.index(min(counts))
+    return seen[first - 1][0], seen[last][0]
+
+
+def test_two_celery_workers_draining_one_bucket_stay_within_its_delete_rate_cap(celery):
+    """A sweep and a reconcile drain the same bucket side by side, one on each Celery worker, each in its own
+    process: under Variable blobgc_rate_limits {"blobgc": 150} the bucket sees at most 150 deletes a second while
+    both drain, measured from outside by listing what is left (uncapped, one drain alone deletes thousands a second
+    on this server: docs/benchmarks.md)."""
+    s3 = s3_client_from_env()
+    tag = uuid.uuid4().hex[:8]
+    blobs = [f"s{tag}{i:05d}" for i in range(1500)]  # the sweep's: unused for 400 years, 2 objects each
+    orphans = [f"blobs/o{tag}{i:05d}/raw" for i in range(1200)]  # the reconcile's: no row forms them, 2 hours old
+    swept = [key for blob_id in blobs for key in blob_keys(blob_id)]
+    dsn = os.environ["BLOBGC_PG_DSN"]  # the stack's application database, which the workers' runs read
+    counting = Counting([f"blobs/s{tag}", f"blobs/o{tag}"])
+    try:
+        bulk_put(BUCKET, [(key, 100) for key in swept] + [(key, 100) for key in orphans], age_seconds=7200)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO app.blob (id, filename, mimetype, size_bytes, unused, created_at, updated_at) "
+                "SELECT id, id || '.bin', 'application/octet-stream', 100, true, now() - interval '400 years', "
+                "now() - interval '400 years' FROM unnest(%s::text[]) id", (blobs,))
+        with alone(SWEEP, RECONCILE):
+            runs = {
+                # a grace of 342 years: of the stack's rows, only this test's are that long unused
+                SWEEP: trigger(SWEEP, f"celery_cap_{tag}", {"grace_hours": 3_000_000}),
+                RECONCILE: trigger(RECONCILE, f"celery_cap_{tag}", {"min_age_hours": 1, "confirmations": 1,
+                                                                    "prefixes": [f"blobs/o{tag}"]}),
+            }
+            with unpaused(SWEEP, RECONCILE):
+                gates_waiting(runs, 300)
+                counting.start()
+                # a person lets the sweep through, and the reconcile once the sweep's drain has begun (the sweep
+                # deletes its rows first): the reconcile's shorter drain runs while the sweep's goes on
+                approve(SWEEP, runs[SWEEP])
+                task_running(SWEEP, runs[SWEEP], "delete_owed_objects", 120)
+                approve(RECONCILE, runs[RECONCILE])
+                states = wait_for_end(runs, 300)
+        counting.stopping.set()
+        counting.join()
+        assert states == {SWEEP: "success", RECONCILE: "success"}, states
+        assert counting.seen[-1][1] == (0, 0)  # every object owed was deleted
+
+        drains = {dag_id: next(ti for ti in task_instances(dag_id, run_id) if ti["task_id"] == "delete_owed_objects")
+                  for dag_id, run_id in runs.items()}
+        assert {ti["hostname"] for ti in drains.values()} == {"blobgc-worker-1", "blobgc-worker-2"}, drains
+        # what the bucket saw: both prefixes going down at once, for several seconds
+        (s_from, s_to), (o_from, o_to) = draining(counting.seen, 0), draining(counting.seen, 1)
+        start, end = max(s_from, o_from), min(s_to, o_to)
+        assert end - start >= 5, (s_from, s_to, o_from, o_to)
+        at = {t: sum(c) for t, c in counting.seen}
+        rate = (at[start] - at[end]) / (end - start)
+        print(f"both drained for {end - start:.1f} s at {rate:.1f} deletes a second, capped at {RATE}")
+        assert rate <= RATE * 1.1, f"{rate:.1f} deletes a second while both drained, capped at {RATE}"
+        # the cap is what held them back: the whole run went at about the cap
+        whole_from, whole_to = min(s_from, o_from), max(s_to, o_to)
+        assert at[whole_from] - at[whole_to] >= RATE * (whole_to - whole_from) * 0.5
+    finally:
+        counting.stopping.set()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM app.blob WHERE id = ANY(%s)", (blobs,))
+        for start in range(0, len(swept) + len(orphans), 1000):
+            chunk = (swept + orphans)[start:start + 1000]
+            s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
