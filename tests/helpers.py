@@ -14,7 +14,7 @@ import time
 import traceback
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -113,12 +113,11 @@ def dag_lock(dag_id: str, *, shared: bool = False) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def every_dag_alone(poll: float = 0.2) -> Iterator[None]:
-    """Every DAG's lock, alone: for a test that takes away for a while what every run needs, such as one of the
-    stack's pools. All are taken at once or none: while one is busy, every one taken is let go and it tries again,
-    so that waiting never holds a lock that another worker's test waits for."""
-    names = sorted(path.stem for path in (ROOT / "dags").glob("*.py"))
-    assert not any(name in _held for name in names), "every_dag_alone inside a DAG's lock"
+def locks_at_once(names: list[str], poll: float = 0.2) -> Iterator[Callable[[str], None]]:
+    """DAGs' (or other shared things') locks, each alone, taken at once or none: while one is busy, every one taken
+    is let go and it tries again, so that waiting never holds a lock that another worker's test waits for. Yields
+    `let_go(name)`, to let one go before the others (each is let go at the end anyway)."""
+    assert not any(name in _held for name in names), "locks_at_once inside one of its locks"
     while True:
         handles = []
         for name in names:
@@ -135,11 +134,24 @@ def every_dag_alone(poll: float = 0.2) -> Iterator[None]:
             handle.close()
         time.sleep(poll)
     _held.update({name: (handle, 1) for name, handle in zip(names, handles, strict=True)})
+
+    def let_go(name: str) -> None:
+        if name in _held:
+            _held.pop(name)[0].close()
+
     try:
-        yield
+        yield let_go
     finally:
         for name in names:
-            _held.pop(name)[0].close()
+            let_go(name)
+
+
+@contextlib.contextmanager
+def every_dag_alone(poll: float = 0.2) -> Iterator[None]:
+    """Every DAG's lock, alone, taken at once (`locks_at_once`): for a test that takes away for a while what every
+    run needs, such as one of the stack's pools."""
+    with locks_at_once(sorted(path.stem for path in (ROOT / "dags").glob("*.py")), poll):
+        yield
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import html
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,7 +31,7 @@ from blobgc.dag_kit.deadlines import (
     parse_deadlines,
 )
 from blobgc.dag_kit.params import dag_defaults
-from tests.helpers import ROOT, dag_lock, make_blobs, run_dag, set_unused_since
+from tests.helpers import ROOT, locks_at_once, make_blobs, run_dag, set_unused_since
 from tests.support.gate import SMALL_GATE, env
 from tests.support.mail import (
     NOTIFY_VARIABLE_LOCK,
@@ -293,17 +293,29 @@ def triggerers_alive() -> list[Any]:
         return [(job.id, job.hostname) for job in jobs if job.is_alive()]
 
 
+@dataclass
+class StackMails:
+    server: SmtpServer
+    run_started: Callable[[], None]  # lets blobgc_sweep's lock go
+
+    @property
+    def mailbox(self) -> Any:
+        return self.server.mailbox
+
+
 @pytest.fixture
-def stack_mails_to(smtp_server) -> Iterator[SmtpServer]:
+def stack_mails_to(smtp_server) -> Iterator[StackMails]:
     """Variable blobgc_notify mailing `smtp_server`, and its SMTP connection, set on the stack for the test (the
     triggerer reads them there), with the failure-alert tests, which expect it unset, held off meanwhile
-    (NOTIFY_VARIABLE_LOCK). Any other run that alerts this server meanwhile is not counted: the tests count only the
-    mails that name their own run."""
+    (NOTIFY_VARIABLE_LOCK), and blobgc_sweep's lock until the test's run has started (`run_started`): no other
+    worker writes a version of the DAG without the deadline as the run starts. Both are taken at once, so that the
+    failure-alert tests are not held off while this waits for the sweep's lock. Any other run that alerts this
+    server meanwhile is not counted: the tests count only the mails that name their own run."""
     assert triggerers_alive(), "the stack's triggerer is not running (no live TriggererJob): run `make up`"
     setting = json.dumps({"email": {"to": ["oncall@example.com"], "smtp_conn_id": SMTP_CONN}})
-    with dag_lock(NOTIFY_VARIABLE_LOCK), stack_connection(smtp_server.rest_connection(SMTP_CONN)), \
-            stack_variable("blobgc_notify", setting):
-        yield smtp_server
+    with locks_at_once([NOTIFY_VARIABLE_LOCK, SWEEP]) as let_go, \
+            stack_connection(smtp_server.rest_connection(SMTP_CONN)), stack_variable("blobgc_notify", setting):
+        yield StackMails(smtp_server, lambda: let_go(SWEEP))
 
 
 def deadlines_of(run_id: str) -> list[Any]:
@@ -359,9 +371,9 @@ def test_a_deadline_passed_sends_one_mail(conn, s3, bucket, stack_mails_to):
                          "bytes_reclaimed, rows_deleted) VALUES (%s, %s, false, now() - %s * interval '1 day', "
                          "now() - %s * interval '1 day', %s, %s, %s)",
                          (SWEEP, f"scheduled__history_{i}", i + 1, i + 1, n, n * 100, n // 2))
-    with dag_lock(SWEEP):  # no other worker writes a version of the DAG without the deadline as this run starts
-        run = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=env(
-            bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.1})))
+    run = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=env(
+        bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.1})))
+    stack_mails_to.run_started()
     assert run.returncode == 0, run.output[-3000:]
     assert run.task_states["gate"] == "success" and run.task_states["delete_unused_blobs"] == "skipped"
 
@@ -395,8 +407,8 @@ def test_a_deadline_passed_sends_one_mail(conn, s3, bucket, stack_mails_to):
 def test_a_run_that_finishes_before_its_deadline_sends_no_mail(conn, bucket, stack_mails_to):
     """Nothing to sweep: the run succeeds within seconds, long before its deadline (30 s after the data interval's
     end), and Airflow drops the deadline; nothing is mailed, even after the deadline has passed."""
-    with dag_lock(SWEEP):  # no other worker writes a version of the DAG without the deadline as this run starts
-        run = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.5})))
+    run = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.5})))
+    stack_mails_to.run_started()
     assert run.returncode == 0, run.output[-3000:]
     assert declared_deadlines(run.run_id) == [
         ("blobgc_deadlines: 0.5 min after the data interval's end", {"__classname__": "datetime.timedelta",

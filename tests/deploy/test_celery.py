@@ -2,10 +2,10 @@
 
 The module switches the running stack to Celery once (the scheduler restarts and two workers start; the databases,
 Redis, S3 and the api-server stay up), runs its DAG runs through the scheduler, and switches back to LocalExecutor
-whatever happens. The workers get, through their environment, what these tests need: one task slot each (two tasks
+whatever happens. The workers get, through their environment, what the test needs: one task slot each (two tasks
 running at once are on both workers), Variable blobgc_rate_limits capping the stack's `blobgc` bucket, and a
 Variable blobgc_gate that asks a person about any run past a handful of objects. The runs read the stack's own
-application database and `blobgc` bucket, where each test puts rows and objects of its own (under prefixes of its
+application database and `blobgc` bucket, where the test puts rows and objects of its own (under prefixes of its
 own, and rows no run with a default grace would ever choose) and removes whatever is left of them afterwards.
 """
 from __future__ import annotations
@@ -20,17 +20,18 @@ import time
 import urllib.error
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 import psycopg
 import pytest
 
 from blobgc.core.clients import s3_client_from_env
-from blobgc.kinds.blobs.layouts import blob_keys
-from tests.helpers import ROOT, airflow_api, bulk_put, dag_lock
+from blobgc.kinds.images.layouts import image_keys
+from tests.helpers import ROOT, airflow_api, bulk_put, locks_at_once
 
 
-RECONCILE, SWEEP = "blobgc_reconcile", "blobgc_sweep"
+RECONCILE, IMAGES = "blobgc_reconcile", "blobgc_image_cleanup"
 
 
 BUCKET = "blobgc"
@@ -87,10 +88,9 @@ def trigger(dag_id: str, run_id: str, conf: dict) -> str:
 
 @contextlib.contextmanager
 def alone(*dag_ids: str) -> Iterator[None]:
-    """The DAGs' locks: while a test has them unpaused for the scheduler, no other test worker runs them."""
-    with contextlib.ExitStack() as locks:
-        for dag_id in dag_ids:
-            locks.enter_context(dag_lock(dag_id))
+    """The DAGs' locks, taken at once: while the test has them unpaused for the scheduler, no other test worker
+    runs them (and none waits for one of them while this test holds the other)."""
+    with locks_at_once(list(dag_ids)):
         yield
 
 
@@ -127,32 +127,6 @@ def task_instances(dag_id: str, run_id: str) -> list[dict]:
     return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=200")["task_instances"]
 
 
-def test_celery_executor_runs_reconcile_shards_on_both_workers(celery):
-    s3 = s3_client_from_env()
-    tag = uuid.uuid4().hex[:8]
-    keys = [f"blobs/{c}{tag}/raw" for c in SHARDS]
-    try:
-        for key in keys:
-            s3.put_object(Bucket=BUCKET, Key=key, Body=b"orphan")
-        conf = {"dry_run": True, "min_age_hours": 1, "prefixes": [f"blobs/{c}{tag}" for c in SHARDS]}
-        with alone(RECONCILE):
-            run_id = trigger(RECONCILE, f"celery_test_{tag}", conf)
-            with unpaused(RECONCILE):
-                state = wait_for_end({RECONCILE: run_id}, 420)[RECONCILE]
-        assert state == "success"
-
-        shards = [ti for ti in task_instances(RECONCILE, run_id) if ti["task_id"] == "reconcile_shard"]
-        assert len(shards) == len(SHARDS), [ti["rendered_map_index"] for ti in shards]
-        assert all(ti["state"] == "success" for ti in shards)
-        by_worker: dict[str, int] = {}
-        for ti in shards:
-            by_worker[ti["hostname"]] = by_worker.get(ti["hostname"], 0) + 1
-        assert set(by_worker) == {"blobgc-worker-1", "blobgc-worker-2"}, by_worker
-        assert {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="blobs/").get("Contents", [])} >= set(keys)
-    finally:
-        s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
-
-
 def gates_waiting(runs: dict[str, str], seconds: float) -> None:
     """Wait until the gate of each run asks a person (its Human-in-the-loop detail exists)."""
     deadline = time.monotonic() + seconds
@@ -184,22 +158,27 @@ def task_running(dag_id: str, run_id: str, task_id: str, seconds: float) -> None
 
 
 class Counting(threading.Thread):
-    """What is left under each prefix of the bucket, listed every `every` seconds until stopped: (time, counts)."""
+    """What is left under each group of prefixes of the bucket (each prefix listed side by side), every `every`
+    seconds until stopped: (time, counts)."""
 
-    def __init__(self, prefixes: list[str], every: float = 0.25):
+    def __init__(self, groups: list[list[str]], every: float = 0.25):
         super().__init__(daemon=True)
-        self.prefixes, self.every = prefixes, every
+        self.groups, self.every = groups, every
         self.seen: list[tuple[float, tuple[int, ...]]] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
         s3 = s3_client_from_env()
         pages = s3.get_paginator("list_objects_v2")
-        while not self.stopping.is_set():
-            counts = tuple(sum(page.get("KeyCount", 0) for page in pages.paginate(Bucket=BUCKET, Prefix=prefix))
-                           for prefix in self.prefixes)
-            self.seen.append((time.monotonic(), counts))
-            self.stopping.wait(self.every)
+
+        def count(prefix: str) -> int:
+            return sum(page.get("KeyCount", 0) for page in pages.paginate(Bucket=BUCKET, Prefix=prefix))
+
+        with ThreadPoolExecutor(8) as pool:
+            while not self.stopping.is_set():
+                counts = tuple(sum(pool.map(count, prefixes)) for prefixes in self.groups)
+                self.seen.append((time.monotonic(), counts))
+                self.stopping.wait(self.every)
 
 
 def draining(seen: list[tuple[float, tuple[int, ...]]], which: int) -> tuple[float, float]:
@@ -211,45 +190,53 @@ def draining(seen: list[tuple[float, tuple[int, ...]]], which: int) -> tuple[flo
     return seen[first - 1][0], seen[last][0]
 
 
-def test_two_celery_workers_draining_one_bucket_stay_within_its_delete_rate_cap(celery, stack):
-    """A sweep and a reconcile drain the same bucket side by side, one on each Celery worker, each in its own
-    process: under Variable blobgc_rate_limits {"blobgc": 150} the bucket sees at most 150 deletes a second while
-    both drain, measured from outside by listing what is left (uncapped, one drain alone deletes thousands a second
-    on this server: docs/benchmarks.md)."""
+def test_celery_workers_share_a_reconciles_shards_and_hold_a_buckets_delete_rate_cap_across_two_drains(
+        celery, stack):
+    """A reconcile of 12 shards and an image cleanup, through the scheduler on CeleryExecutor: the shards run on
+    both workers, every shard succeeds, and the two runs' drains, one on each worker and each in its own process,
+    delete from the same bucket side by side. Under Variable blobgc_rate_limits {"blobgc": 150} the bucket sees at
+    most 150 deletes a second (+10%) while both drain, measured from outside by listing what is left every quarter
+    second (uncapped, one drain alone deletes thousands a second on this server: docs/benchmarks.md)."""
     s3 = s3_client_from_env()
     tag = uuid.uuid4().hex[:8]
-    blobs = [f"s{tag}{i:05d}" for i in range(1500)]  # the sweep's: unused for 400 years, 2 objects each
-    orphans = [f"blobs/o{tag}{i:05d}/raw" for i in range(1200)]  # the reconcile's: no row forms them, 2 hours old
-    swept = [key for blob_id in blobs for key in blob_keys(blob_id)]
+    # the cleanup's: photos bound to no offer, untouched for 400 years, 4 files each (the default sizes)
+    photos = [f"zz{tag}{i:04d}" for i in range(750)]
+    # the reconcile's, 100 under each of 12 shards: no row forms them, 2 hours old
+    shards = [f"blobs/{c}o{tag}" for c in SHARDS]
+    orphans = [f"{shard}{i:03d}/raw" for shard in shards for i in range(100)]
+    files = [key for image_id in photos for key in image_keys(image_id, ("orig", "big", "medium", "thumb"))]
     dsn = stack["BLOBGC_PG_DSN"]  # the stack's application database, which the workers' runs read (not the tests')
-    counting = Counting([f"blobs/s{tag}", f"blobs/o{tag}"])
+    counting = Counting([[f"images/zz/zz{tag}"], shards])
     try:
-        bulk_put(BUCKET, [(key, 100) for key in swept] + [(key, 100) for key in orphans], age_seconds=7200)
+        bulk_put(BUCKET, [(key, 100) for key in files] + [(key, 100) for key in orphans], age_seconds=7200)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO app.blob (id, filename, mimetype, size_bytes, unused, created_at, updated_at) "
-                "SELECT id, id || '.bin', 'application/octet-stream', 100, true, now() - interval '400 years', "
-                "now() - interval '400 years' FROM unnest(%s::text[]) id", (blobs,))
-        with alone(SWEEP, RECONCILE):
+            conn.execute("INSERT INTO app.image (image_id, last_update) "
+                         "SELECT id, now() - interval '400 years' FROM unnest(%s::text[]) id", (photos,))
+        with alone(IMAGES, RECONCILE):
             runs = {
-                # a grace of 342 years: of the stack's rows, only this test's are that long unused
-                SWEEP: trigger(SWEEP, f"celery_cap_{tag}", {"grace_hours": 3_000_000}),
-                RECONCILE: trigger(RECONCILE, f"celery_cap_{tag}", {"min_age_hours": 1, "confirmations": 1,
-                                                                    "prefixes": [f"blobs/o{tag}"]}),
+                # a grace of 329 years: of the stack's photos, only this test's are that long untouched
+                IMAGES: trigger(IMAGES, f"celery_test_{tag}", {"grace_days": 120_000}),
+                RECONCILE: trigger(RECONCILE, f"celery_test_{tag}", {
+                    "min_age_hours": 1, "confirmations": 1, "prefixes": shards}),
             }
-            with unpaused(SWEEP, RECONCILE):
+            with unpaused(IMAGES, RECONCILE):
                 gates_waiting(runs, 300)
                 counting.start()
-                # a person lets the sweep through, and the reconcile once the sweep's drain has begun (the sweep
-                # deletes its rows first): the reconcile's shorter drain runs while the sweep's goes on
-                approve(SWEEP, runs[SWEEP])
-                task_running(SWEEP, runs[SWEEP], "delete_owed_objects", 120)
+                # a person lets the cleanup through, and the reconcile once the cleanup's drain has begun (the
+                # cleanup deletes its rows first): the reconcile's shorter drain runs while the cleanup's goes on
+                approve(IMAGES, runs[IMAGES])
+                task_running(IMAGES, runs[IMAGES], "delete_owed_objects", 120)
                 approve(RECONCILE, runs[RECONCILE])
                 states = wait_for_end(runs, 300)
         counting.stopping.set()
         counting.join()
-        assert states == {SWEEP: "success", RECONCILE: "success"}, states
+        assert states == {IMAGES: "success", RECONCILE: "success"}, states
         assert counting.seen[-1][1] == (0, 0)  # every object owed was deleted
+
+        listed = [ti for ti in task_instances(RECONCILE, runs[RECONCILE]) if ti["task_id"] == "reconcile_shard"]
+        assert len(listed) == len(SHARDS), [ti["rendered_map_index"] for ti in listed]
+        assert all(ti["state"] == "success" for ti in listed)
+        assert {ti["hostname"] for ti in listed} == {"blobgc-worker-1", "blobgc-worker-2"}, listed
 
         drains = {dag_id: next(ti for ti in task_instances(dag_id, run_id) if ti["task_id"] == "delete_owed_objects")
                   for dag_id, run_id in runs.items()}
@@ -268,7 +255,7 @@ def test_two_celery_workers_draining_one_bucket_stay_within_its_delete_rate_cap(
     finally:
         counting.stopping.set()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM app.blob WHERE id = ANY(%s)", (blobs,))
-        for start in range(0, len(swept) + len(orphans), 1000):
-            chunk = (swept + orphans)[start:start + 1000]
+            conn.execute("DELETE FROM app.image WHERE image_id = ANY(%s)", (photos,))
+        for first in range(0, len(files) + len(orphans), 1000):
+            chunk = (files + orphans)[first:first + 1000]
             s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
