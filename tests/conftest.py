@@ -128,14 +128,17 @@ def cpu_seconds() -> float:
 def pytest_runtest_protocol(item, nextitem):
     """With BLOBGC_TEST_TIMELINE=<file>, each test's worker, start and end (wall clock) are appended to the file as
     a JSON line, with the CPU seconds of the worker and of the processes it waited for meanwhile (an `airflow` CLI
-    command's, not the stack's): which tests make the suite's tail, and which its CPU (keeping `make test` under 12
-    minutes on 2 cores)."""
+    command's, not the stack's) and the seconds it waited for other workers' DAG locks (tests.helpers.dag_lock):
+    which tests make the suite's tail, its CPU, and its waiting (keeping `make test` under 12 minutes on 2 cores)."""
+    from tests.helpers import LOCK_WAITS
+
     path = os.environ.get("BLOBGC_TEST_TIMELINE")
-    started, cpu = time.time(), cpu_seconds()
+    started, cpu, waited = time.time(), cpu_seconds(), LOCK_WAITS["seconds"]
     yield
     if path:
         line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "gw0"), "test": item.nodeid, "start": started,
-                "end": time.time(), "cpu": round(cpu_seconds() - cpu, 2)}
+                "end": time.time(), "cpu": round(cpu_seconds() - cpu, 2),
+                "locks": round(LOCK_WAITS["seconds"] - waited, 2)}
         with open(path, "a") as out:
             out.write(json.dumps(line) + "\n")
 

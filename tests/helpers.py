@@ -88,6 +88,7 @@ def airflow(*args: str, env_extra: dict[str, str] | None = None, timeout: int = 
 
 
 _held: dict[str, tuple[Any, int]] = {}
+LOCK_WAITS = {"seconds": 0.0}  # how long this worker waited for the locks below (the test timeline reports it)
 
 
 @contextlib.contextmanager
@@ -100,7 +101,9 @@ def dag_lock(dag_id: str, *, shared: bool = False) -> Iterator[None]:
     handle, depth = _held.get(dag_id, (None, 0))
     if handle is None:
         handle = open(Path(tempfile.gettempdir()) / f"blobgc-tests-{dag_id}.lock", "w")  # noqa: SIM115
+        waiting = time.monotonic()
         fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        LOCK_WAITS["seconds"] += time.monotonic() - waiting
     _held[dag_id] = (handle, depth + 1)
     try:
         yield
@@ -118,6 +121,7 @@ def locks_at_once(names: list[str], poll: float = 0.2) -> Iterator[Callable[[str
     is let go and it tries again, so that waiting never holds a lock that another worker's test waits for. Yields
     `let_go(name)`, to let one go before the others (each is let go at the end anyway)."""
     assert not any(name in _held for name in names), "locks_at_once inside one of its locks"
+    waiting = time.monotonic()
     while True:
         handles = []
         for name in names:
@@ -133,6 +137,7 @@ def locks_at_once(names: list[str], poll: float = 0.2) -> Iterator[Callable[[str
         for handle in handles:
             handle.close()
         time.sleep(poll)
+    LOCK_WAITS["seconds"] += time.monotonic() - waiting
     _held.update({name: (handle, 1) for name, handle in zip(names, handles, strict=True)})
 
     def let_go(name: str) -> None:

@@ -70,16 +70,22 @@ def celery(stack) -> Iterator[None]:
         assert "switching Airflow from celery to local" in back.stdout
 
 
-def trigger(dag_id: str, run_id: str, conf: dict) -> str:
-    """A run of `dag_id`, pinned where possible to the tick the scheduler would run next, so that unpausing the DAG
-    adds no scheduled run of its own."""
-    body = {"dag_run_id": run_id, "conf": conf}
-    now = datetime.now(timezone.utc)
+def upcoming_tick(dag_id: str) -> datetime | None:
+    """The past tick the scheduler would run next, if any: a run pinned to it adds no scheduled run of its own
+    when the DAG is unpaused, and its reference time (cut-offs, ages) is that tick."""
     upcoming = airflow_api(f"/api/v2/dags/{dag_id}").get("next_dagrun_logical_date")
-    for logical_date in ([upcoming] if upcoming and upcoming < now.isoformat() else []) + [now.isoformat()]:
+    tick = datetime.fromisoformat(upcoming) if upcoming else None
+    return tick if tick is not None and tick < datetime.now(timezone.utc) else None
+
+
+def trigger(dag_id: str, run_id: str, conf: dict) -> str:
+    """A run of `dag_id`, pinned where possible to its `upcoming_tick`, else now."""
+    body = {"dag_run_id": run_id, "conf": conf}
+    tick = upcoming_tick(dag_id)
+    for logical_date in ([tick] if tick else []) + [datetime.now(timezone.utc)]:
         try:
             return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns", method="POST",
-                               body={**body, "logical_date": logical_date})["dag_run_id"]
+                               body={**body, "logical_date": logical_date.isoformat()})["dag_run_id"]
         except urllib.error.HTTPError as error:
             if error.code != 409:  # a run at that logical date exists already: take now instead
                 raise
@@ -201,14 +207,17 @@ def test_celery_workers_share_a_reconciles_shards_and_hold_a_buckets_delete_rate
     tag = uuid.uuid4().hex[:8]
     # the cleanup's: photos bound to no offer, untouched for 400 years, 4 files each (the default sizes)
     photos = [f"zz{tag}{i:04d}" for i in range(750)]
-    # the reconcile's, 100 under each of 12 shards: no row forms them, 2 hours old
+    # the reconcile's, 100 under each of 12 shards: no row forms them, 2 hours older than the run's reference time
+    # (its logical date: the DAG's last weekly tick, where `trigger` pins it)
     shards = [f"blobs/{c}o{tag}" for c in SHARDS]
     orphans = [f"{shard}{i:03d}/raw" for shard in shards for i in range(100)]
     files = [key for image_id in photos for key in image_keys(image_id, ("orig", "big", "medium", "thumb"))]
     dsn = stack["BLOBGC_PG_DSN"]  # the stack's application database, which the workers' runs read (not the tests')
     counting = Counting([[f"images/zz/zz{tag}"], shards])
+    reference = upcoming_tick(RECONCILE) or datetime.now(timezone.utc)
+    orphans_age = int((datetime.now(timezone.utc) - reference).total_seconds()) + 7200
     try:
-        bulk_put(BUCKET, [(key, 100) for key in files] + [(key, 100) for key in orphans], age_seconds=7200)
+        bulk_put(BUCKET, [(key, 100) for key in files] + [(key, 100) for key in orphans], age_seconds=orphans_age)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO app.image (image_id, last_update) "
                          "SELECT id, now() - interval '400 years' FROM unnest(%s::text[]) id", (photos,))
