@@ -64,19 +64,21 @@ $$
 
 # `make test` runs the suite on four pytest-xdist workers. Each has a test database of its own (tests.helpers.TEST_DB),
 # its own buckets and Redis prefixes, and takes a DAG's lock (tests.helpers.dag_lock) to run it. The tests of each
-# group below share more: they run on one worker, one after the other, and first (they are the longest).
+# group below share more: they run on one worker, one after the other, first (they are the longest), file by file in
+# the order given. The Celery test holds blobgc_reconcile's and blobgc_image_cleanup's locks for a minute or two: it
+# comes last in its group, and the gate test (which runs both DAGs) first in its own, so that they rarely meet.
 SHARED = {
     # the stack's own database, `blobgc` bucket and scheduler: the scheduler restarts on Celery in test_celery
     # and its pools: a test deletes blobgc_s3 for a while (holding every DAG's lock), another expects it (first here,
     # before the tests that hold a DAG's lock for minutes while the scheduler runs it)
-    "stack": ("tests/deploy/test_celery.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py",
-              "tests/dag_kit/test_pools.py"),
+    "stack": ("tests/dag_kit/test_pools.py", "tests/dags/test_operations.py", "tests/reclaim/test_receipts.py",
+              "tests/deploy/test_celery.py"),
     # one virtualenv with the wheel installed, built in the background from the start (below)
     "install": ("tests/deploy/test_install.py",),
     # Redis list media-thumb-queue, the queue of the application's thumbnail workers (docs/reference.md §3),
     # which blobgc_media_thumbnails drains (test_gate_enforced runs it too)
-    "media": ("tests/kinds/media/test_cleanup.py", "tests/dags/test_blobgc_media.py",
-              "tests/demo_app/test_media.py", "tests/dags/test_gate_enforced.py"),
+    "media": ("tests/dags/test_gate_enforced.py", "tests/kinds/media/test_cleanup.py",
+              "tests/dags/test_blobgc_media.py", "tests/demo_app/test_media.py"),
 }
 
 
@@ -114,7 +116,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.integration)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         order = list(SHARED)
-        items.sort(key=lambda item: order.index(group) if (group := shared_group(item.nodeid)) else len(order))
+
+        def place(item) -> tuple[int, int]:
+            group = shared_group(item.nodeid)
+            if group is None:
+                return len(order), 0
+            return order.index(group), SHARED[group].index(item.nodeid.split("::")[0])
+
+        items.sort(key=place)
 
 
 def cpu_seconds() -> float:

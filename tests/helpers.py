@@ -142,6 +142,7 @@ def locks_at_once(names: list[str], poll: float = 0.2) -> Iterator[Callable[[str
 
     def let_go(name: str) -> None:
         if name in _held:
+            assert _held[name][1] == 1, f"let_go({name!r}) inside a dag_lock of it"
             _held.pop(name)[0].close()
 
     try:

@@ -296,7 +296,7 @@ def triggerers_alive() -> list[Any]:
 @dataclass
 class StackMails:
     server: SmtpServer
-    run_started: Callable[[], None]  # lets blobgc_sweep's lock go
+    run_ended: Callable[[], None]  # lets blobgc_sweep's lock go, once the test's run has ended
 
     @property
     def mailbox(self) -> Any:
@@ -307,7 +307,7 @@ class StackMails:
 def stack_mails_to(smtp_server) -> Iterator[StackMails]:
     """Variable blobgc_notify mailing `smtp_server`, and its SMTP connection, set on the stack for the test (the
     triggerer reads them there), with the failure-alert tests, which expect it unset, held off meanwhile
-    (NOTIFY_VARIABLE_LOCK), and blobgc_sweep's lock until the test's run has started (`run_started`): no other
+    (NOTIFY_VARIABLE_LOCK), and blobgc_sweep's lock until the test's run has ended (`run_ended`): no other
     worker writes a version of the DAG without the deadline as the run starts. Both are taken at once, so that the
     failure-alert tests are not held off while this waits for the sweep's lock. Any other run that alerts this
     server meanwhile is not counted: the tests count only the mails that name their own run."""
@@ -373,7 +373,7 @@ def test_a_deadline_passed_sends_one_mail(conn, s3, bucket, stack_mails_to):
                          (SWEEP, f"scheduled__history_{i}", i + 1, i + 1, n, n * 100, n // 2))
     run = run_dag(SWEEP, conf={"approval_timeout_hours": 0.003}, env_extra=env(
         bucket, AIRFLOW_VAR_BLOBGC_GATE=SMALL_GATE, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.1})))
-    stack_mails_to.run_started()
+    stack_mails_to.run_ended()
     assert run.returncode == 0, run.output[-3000:]
     assert run.task_states["gate"] == "success" and run.task_states["delete_unused_blobs"] == "skipped"
 
@@ -408,7 +408,7 @@ def test_a_run_that_finishes_before_its_deadline_sends_no_mail(conn, bucket, sta
     """Nothing to sweep: the run succeeds within seconds, long before its deadline (30 s after the data interval's
     end), and Airflow drops the deadline; nothing is mailed, even after the deadline has passed."""
     run = run_dag(SWEEP, env_extra=env(bucket, AIRFLOW_VAR_BLOBGC_DEADLINES=json.dumps({SWEEP: 0.5})))
-    stack_mails_to.run_started()
+    stack_mails_to.run_ended()
     assert run.returncode == 0, run.output[-3000:]
     assert declared_deadlines(run.run_id) == [
         ("blobgc_deadlines: 0.5 min after the data interval's end", {"__classname__": "datetime.timedelta",
