@@ -108,12 +108,11 @@ class Case:
 
 
 DRAIN_STEPS = (("delete_owed_objects", DRAINS), ("purge_quarantine", DRAINS))
+# in the order the cases run (first on their worker, tests/conftest.py): the Celery test holds blobgc_reconcile and
+# blobgc_image_cleanup a few minutes in, by when their cases are done
 CASES = {
     "blobgc_sweep": Case(seed_sweep, (("plan_parts", EXECUTES), ("retry_owed_objects", DRAINS),
                                       ("delete_unused_blobs", EXECUTES_PART), *DRAIN_STEPS)),
-    "blobgc_paste_expiry": Case(seed_pastes, (("plan_parts", EXECUTES), ("expire_pastes", EXECUTES_PART),
-                                              *DRAIN_STEPS, ("purge_cache_keys", DRAINS)),
-                                conf={"expiry_workers": 1}),
     "blobgc_image_cleanup": Case(seed_images, (("delete_unbound_images", EXECUTES), *DRAIN_STEPS)),
     "blobgc_generations": Case(seed_generation, (("plan_parts", EXECUTES), ("delete_planned_blobs", EXECUTES_PART),
                                                  *DRAIN_STEPS),
@@ -122,6 +121,10 @@ CASES = {
                              conf={"confirmations": 1}),  # planned on first sight
     "blobgc_media_staging": Case(seed_staging, (("owe_planned_objects", EXECUTES), *DRAIN_STEPS)),
     "blobgc_media_thumbnails": Case(seed_thumbnails, (("owe_planned_objects", EXECUTES), *DRAIN_STEPS)),
+    # last: the runbook's test (tests/dags/test_operations.py) holds this DAG for a minute and a half at the start
+    "blobgc_paste_expiry": Case(seed_pastes, (("plan_parts", EXECUTES), ("expire_pastes", EXECUTES_PART),
+                                              *DRAIN_STEPS, ("purge_cache_keys", DRAINS)),
+                                conf={"expiry_workers": 1}),
 }
 
 
