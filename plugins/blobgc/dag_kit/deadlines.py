@@ -343,7 +343,7 @@ def send_deadline_alert(alert: DeadlineMissedAlert, context: Any) -> list[str]:
     Blocking (the providers' notifiers): the triggerer runs it in a thread. Every channel is tried; one that
     fails is logged, naming it, and DeadlineAlertNotSent is raised after the others were sent."""
     from blobgc.dag_kit.notify import VARIABLE as NOTIFY_VARIABLE
-    from blobgc.dag_kit.notify import channel_notifier, notify_channels
+    from blobgc.dag_kit.notify import notify_channels, send_alert
 
     what = f"{alert.dag_id} (run {alert.run_id})"
     try:
@@ -354,24 +354,7 @@ def send_deadline_alert(alert: DeadlineMissedAlert, context: Any) -> list[str]:
     if not channels:
         log.info("no deadline alert sent for %s: Variable %s names no channel", what, NOTIFY_VARIABLE)
         return []
-    sent: list[str] = []
-    failed: list[str] = []
-    for channel in channels:
-        try:
-            # notify(), not __call__: the alert's text is final, never rendered as a Jinja template
-            channel_notifier(channel, alert).notify(context)
-        except Exception:  # noqa: BLE001 - one bad channel must not keep the others from sending
-            log.exception(
-                "the %s deadline alert of Variable %s could not be sent for %s (%s)",
-                channel.kind,
-                NOTIFY_VARIABLE,
-                what,
-                channel,
-            )
-            failed.append(channel.kind)
-        else:
-            log.info("sent the %s deadline alert for %s, %s late", channel.kind, what, human_duration(alert.late))
-            sent.append(channel.kind)
+    sent, failed = send_alert(alert, channels, context, kind="deadline", about=what)
     if failed:
         raise DeadlineAlertNotSent(
             f"the deadline alert for {what} could not be sent through {', '.join(failed)} "

@@ -353,20 +353,37 @@ class BlobgcFailureNotifier(BaseNotifier):
             log.info("no failure alert sent: Variable %s names no channel", VARIABLE)
             return
         alert = FailureAlert.from_context(context)
-        for channel in channels:
-            try:
-                # notify(), not __call__: the alert's text is final, never rendered as a Jinja template
-                channel_notifier(channel, alert).notify(context)
-            except ConfigurationError as error:
-                log.error("no %s failure alert sent: %s", channel.kind, error)
-            except Exception:  # noqa: BLE001 - see above
-                log.exception(
-                    "the %s failure alert of Variable %s could not be sent (%s)", channel.kind, VARIABLE, channel
-                )
-            else:
-                log.info(
-                    "sent the %s failure alert for %s.%s (run %s)", channel.kind, alert.dag_id, alert.task, alert.run_id
-                )
+        send_alert(alert, channels, context, kind="failure", about=f"{alert.dag_id}.{alert.task} (run {alert.run_id})")
+
+
+def send_alert(
+    alert: Alert, channels: list[Channel], context: Any, *, kind: str, about: str
+) -> tuple[list[str], list[str]]:
+    """Send `alert` (a `kind` alert `about` a task or run) through each of `channels`: one that fails is logged,
+    naming it, and the others are still sent. Returns the kinds of channel sent and failed."""
+    sent: list[str] = []
+    failed: list[str] = []
+    for channel in channels:
+        try:
+            # notify(), not __call__: the alert's text is final, never rendered as a Jinja template
+            channel_notifier(channel, alert).notify(context)
+        except ConfigurationError as error:
+            log.error("no %s %s alert sent for %s: %s", channel.kind, kind, about, error)
+            failed.append(channel.kind)
+        except Exception:  # noqa: BLE001 - one bad channel must not keep the others from sending
+            log.exception(
+                "the %s %s alert of Variable %s could not be sent for %s (%s)",
+                channel.kind,
+                kind,
+                VARIABLE,
+                about,
+                channel,
+            )
+            failed.append(channel.kind)
+        else:
+            log.info("sent the %s %s alert for %s", channel.kind, kind, about)
+            sent.append(channel.kind)
+    return sent, failed
 
 
 def failure_notifier() -> BlobgcFailureNotifier:
