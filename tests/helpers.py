@@ -352,6 +352,18 @@ def backend_waiting_on_lock(conn, query_fragment: str) -> bool:
     ).fetchone()[0] > 0
 
 
+def ended_runs(runs: list[tuple[str, str]], timeout: float, poll: float = 3) -> dict[tuple[str, str], str]:
+    """The states of these (dag_id, run_id) runs, as the stack's scheduler leaves them: once every one has ended
+    (success or failed), or `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {(dag_id, run_id): airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+                  for dag_id, run_id in runs}
+        if all(s in ("success", "failed") for s in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(poll)
+
+
 def wait_until(predicate, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -11,7 +11,6 @@ when it is down.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -22,7 +21,7 @@ import pytest
 from blobgc.core.clients import s3_client_from_env
 from blobgc.kinds.pastes.layouts import content_key
 from demo_app.pastes import create_paste
-from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, run_dag, s3_outage
+from tests.helpers import airflow, airflow_api, cached_keys, dag_lock, ended_runs, run_dag, s3_outage
 
 
 DAG = "blobgc_paste_expiry"
@@ -50,12 +49,7 @@ def next_free_hour(app_conn) -> datetime:
 
 def wait_for_runs(run_ids: list[str], timeout: float = 420) -> dict[str, str]:
     """The final states of these runs of the paste expiry DAG, as the scheduler leaves them."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = {r: airflow_api(f"/api/v2/dags/{DAG}/dagRuns/{r}")["state"] for r in run_ids}
-        if all(s in ("success", "failed") for s in states.values()) or time.monotonic() > deadline:
-            return states
-        time.sleep(3)
+    return {run_id: state for (_, run_id), state in ended_runs([(DAG, r) for r in run_ids], timeout).items()}
 
 
 def tries(run_id: str) -> dict[str, int]:

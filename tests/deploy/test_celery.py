@@ -31,7 +31,7 @@ from blobgc.core.clients import redis_from_env, s3_client_from_env
 from blobgc.core.rate import REDIS_PREFIX
 from blobgc.core.settings import DEFAULT_IMAGE_SIZES
 from blobgc.kinds.images.layouts import image_keys
-from tests.helpers import ROOT, airflow_api, bulk_put, locks_at_once
+from tests.helpers import ROOT, airflow_api, bulk_put, ended_runs, locks_at_once
 
 
 RECONCILE, IMAGES = "blobgc_reconcile", "blobgc_image_cleanup"
@@ -97,14 +97,6 @@ def trigger(dag_id: str, run_id: str, conf: dict) -> str:
 
 
 @contextlib.contextmanager
-def alone(*dag_ids: str) -> Iterator[None]:
-    """The DAGs' locks, taken at once: while the test has them unpaused for the scheduler, no other test worker
-    runs them (and none waits for one of them while this test holds the other)."""
-    with locks_at_once(list(dag_ids)):
-        yield
-
-
-@contextlib.contextmanager
 def unpaused(*dag_ids: str) -> Iterator[None]:
     """The DAGs unpaused for the scheduler (their runs triggered first), paused again whatever happens. Asset
     events queued for a DAG earlier would start a run of their own: dropped first."""
@@ -127,16 +119,6 @@ def unpaused(*dag_ids: str) -> Iterator[None]:
 
 def run_state(dag_id: str, run_id: str) -> str:
     return airflow_api(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
-
-
-def wait_for_end(runs: dict[str, str], seconds: float) -> dict[str, str]:
-    deadline = time.monotonic() + seconds
-    while True:
-        states = {dag_id: run_state(dag_id, run_id) for dag_id, run_id in runs.items()}
-        if all(state in ("success", "failed") for state in states.values()):
-            return states
-        assert time.monotonic() < deadline, f"runs not finished: {states}"
-        time.sleep(2)
 
 
 def task_instances(dag_id: str, run_id: str) -> list[dict]:
@@ -254,7 +236,7 @@ def test_celery_workers_share_a_reconciles_shards_and_hold_a_buckets_delete_rate
                          "SELECT id, now() - interval '400 years' FROM unnest(%s::text[]) id", (photos,))
         redis = redis_from_env()
         redis.delete(REDIS_PREFIX + BUCKET)  # the cap's state, made afresh by the drains
-        with alone(IMAGES, RECONCILE):
+        with locks_at_once([IMAGES, RECONCILE]):  # no other worker runs them while they are unpaused here
             runs = {
                 # a grace of 329 years: of the stack's photos, only this test's are that long untouched
                 IMAGES: trigger(IMAGES, f"celery_test_{tag}", {"grace_days": 120_000}),
@@ -271,7 +253,7 @@ def test_celery_workers_share_a_reconciles_shards_and_hold_a_buckets_delete_rate
                     approve(IMAGES, runs[IMAGES])
                     task_running(IMAGES, runs[IMAGES], "delete_owed_objects", 180)
                     approve(RECONCILE, runs[RECONCILE])
-                    states = wait_for_end(runs, 300)
+                    states = {dag_id: state for (dag_id, _), state in ended_runs(list(runs.items()), 300, 2).items()}
             finally:
                 for dag_id, run_id in runs.items():  # a run left going would hold the DAG's next runs back
                     if run_state(dag_id, run_id) not in ("success", "failed"):
